@@ -1,0 +1,52 @@
+"""stampede: exactly one rebuild per expired cache key, across every process.
+
+>>> import redis, stampede
+>>> sf = stampede.Stampede(redis.Redis(socket_timeout=5))
+>>> sf.get_or_rebuild("user:42", load_user, ttl=60, stale_ttl=600)
+
+The asyncio twin is :class:`stampede.asyncio.Stampede`.
+"""
+
+from __future__ import annotations
+
+from ._cached import CachedFunction as CachedFunction
+from ._default import configure as configure
+from ._default import default as default
+from ._default import get_or_rebuild as get_or_rebuild
+from ._envelope import Entry as Entry
+from ._events import Event as Event
+from ._events import EventHook as EventHook
+from ._events import EventKind as EventKind
+from ._exceptions import ConfigurationError as ConfigurationError
+from ._exceptions import RedisUnavailableError as RedisUnavailableError
+from ._exceptions import SerializationError as SerializationError
+from ._exceptions import StampedeError as StampedeError
+from ._exceptions import WaitTimeoutError as WaitTimeoutError
+from ._options import Options as Options
+from ._serializers import JsonSerializer as JsonSerializer
+from ._serializers import PickleSerializer as PickleSerializer
+from ._serializers import Serializer as Serializer
+from ._sync import Stampede as Stampede
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CachedFunction",
+    "ConfigurationError",
+    "Entry",
+    "Event",
+    "EventHook",
+    "EventKind",
+    "JsonSerializer",
+    "Options",
+    "PickleSerializer",
+    "RedisUnavailableError",
+    "SerializationError",
+    "Serializer",
+    "Stampede",
+    "StampedeError",
+    "WaitTimeoutError",
+    "configure",
+    "default",
+    "get_or_rebuild",
+]

@@ -1,0 +1,223 @@
+"""What the sync and asyncio ``Stampede`` classes share: everything but I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+import time as _time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis.exceptions
+
+from . import _scripts
+from ._envelope import FRESH_UNTIL_OFFSET, MAGIC, CorruptEntryError, Entry, decode, encode
+from ._events import Event, EventHook, EventKind, logger
+from ._exceptions import ConfigurationError, RedisUnavailableError, SerializationError
+from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Release
+from ._keys import Keys, KeySpace
+from ._options import Options
+from ._serializers import PickleSerializer, Serializer
+
+__all__ = ["UNSET", "StampedeBase", "SystemClock"]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+#: Marks a per-call option the caller left at the instance's default.
+UNSET: Any = _Unset()
+
+
+class SystemClock:
+    """The real clocks."""
+
+    time = staticmethod(_time.time)
+    monotonic = staticmethod(_time.monotonic)
+
+
+def _check_client(client: object) -> None:
+    kwargs_of = getattr(client, "get_connection_kwargs", None)
+    if kwargs_of is None:
+        raise ConfigurationError(f"client must be a redis-py client, got {type(client).__name__}")
+    if kwargs_of().get("decode_responses"):
+        raise ConfigurationError(
+            "client has decode_responses=True; stampede stores binary envelopes "
+            "and needs a client created with decode_responses=False"
+        )
+
+
+_SCRIPTS = ("acquire", "commit", "release", "extend", "probe", "write", "invalidate")
+
+
+class StampedeBase:
+    """Configuration, key naming, encoding and events; no Redis calls."""
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        namespace: str = "stampede",
+        options: Options | None = None,
+        serializer: Serializer | None = None,
+        on_event: EventHook | None = None,
+        clock: Clock | None = None,
+        **option_values: Any,
+    ) -> None:
+        _check_client(client)
+        base = options if options is not None else Options()
+        if not isinstance(base, Options):
+            raise ConfigurationError(f"options must be a stampede.Options, got {base!r}")
+        if option_values:
+            base = Options.from_mapping({**dataclasses.asdict(base), **option_values})
+        serializer = serializer if serializer is not None else PickleSerializer()
+        if not isinstance(serializer, Serializer):
+            raise ConfigurationError(f"serializer must have codec_id, dumps and loads, got {serializer!r}")
+        codec_id = serializer.codec_id
+        if isinstance(codec_id, bool) or not isinstance(codec_id, int) or not 1 <= codec_id <= 255:
+            raise ConfigurationError(f"serializer.codec_id must be an int in 1..255, got {codec_id!r}")
+        if on_event is not None and not callable(on_event):
+            raise ConfigurationError(f"on_event must be callable, got {on_event!r}")
+        self._client = client
+        self._scripts = {name: client.register_script(getattr(_scripts, name.upper())) for name in _SCRIPTS}
+        self._keys = KeySpace(namespace)
+        self.options = base
+        self.serializer = serializer
+        self._on_event = on_event
+        self._clock: Clock = clock if clock is not None else SystemClock()
+
+    @property
+    def namespace(self) -> str:
+        """The prefix of every Redis key this instance writes."""
+        return self._keys.namespace
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client this instance talks through."""
+        return self._client
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(namespace={self.namespace!r}, {self.options!r})"
+
+    # --- options, keys, events ---------------------------------------------
+
+    def _call_options(self, **overrides: Any) -> Options:
+        given = {name: value for name, value in overrides.items() if value is not UNSET}
+        return self.options.merged(given) if given else self.options
+
+    def _emit(self, keys: Keys, kind: EventKind, **details: Any) -> None:
+        hook = self._on_event
+        if hook is None:
+            return
+        try:
+            hook(Event(kind, keys.name, **details))
+        except Exception:
+            # An observer must never break the cache it observes.
+            logger.exception("on_event hook raised for %s on %r", kind.value, keys.name)
+
+    @contextmanager
+    def _redis_errors(self, keys: Keys, action: str) -> Iterator[None]:
+        """Translate redis-py's exceptions into :class:`RedisUnavailableError`, once."""
+        try:
+            yield
+        except redis.exceptions.RedisError as exc:
+            self._emit(keys, EventKind.REDIS_ERROR, error=exc)
+            raise RedisUnavailableError(f"Redis failed to {action} for key {keys.name!r}: {exc}") from exc
+
+    # --- reading ------------------------------------------------------------
+
+    def _decode(self, keys: Keys, raw: bytes | None) -> Entry | None:
+        if raw is None:
+            return None
+        try:
+            return decode(self.serializer, raw)
+        except CorruptEntryError as exc:
+            logger.warning("ignoring unreadable data under key %r: %s", keys.name, exc)
+            self._emit(keys, EventKind.CORRUPT)
+            return None
+
+    def _classify(self, keys: Keys, raw: bytes | None, options: Options) -> Lookup:
+        entry = self._decode(keys, raw)
+        if entry is None:
+            return Lookup(None)
+        now = self._clock.time()
+        if now < entry.fresh_until and not entry.wants_early_refresh(now, options.beta):
+            if self._on_event is not None:
+                self._emit(keys, EventKind.HIT)
+            return Lookup(entry, fresh=True)
+        return Lookup(entry)
+
+    def _read_failed(self, keys: Keys, exc: redis.exceptions.RedisError) -> Lookup:
+        """The first GET raised: foreign data is a miss, anything else a Redis failure."""
+        if isinstance(exc, redis.exceptions.ResponseError) and "WRONGTYPE" in str(exc):
+            logger.warning("ignoring key %r: it holds a non-string Redis type", keys.name)
+            self._emit(keys, EventKind.CORRUPT)
+            return Lookup(None)
+        self._emit(keys, EventKind.REDIS_ERROR, error=exc)
+        error = RedisUnavailableError(f"Redis failed to read key {keys.name!r}: {exc}")
+        error.__cause__ = exc
+        return Lookup(None, error=error)
+
+    def _flow(self, keys: Keys, options: Options, *, background: bool = False) -> Flow:
+        def emit(kind: EventKind, **details: Any) -> None:
+            self._emit(keys, kind, **details)
+
+        return Flow(
+            keys,
+            options,
+            self.serializer,
+            lambda raw: self._decode(keys, raw),
+            self._clock,
+            emit,
+            background=background,
+        )
+
+    def _serve_follower(self, keys: Keys, entry: Entry) -> Any:
+        """A caller whose process already has a refresh of ``keys`` under way."""
+        fresh = entry.is_fresh(self._clock.time())
+        self._emit(keys, EventKind.HIT if fresh else EventKind.STALE_HIT)
+        return entry.value
+
+    # --- script arguments ---------------------------------------------------
+
+    def _write_args(self, keys: Keys, value: Any, options: Options) -> list[Any]:
+        now = self._clock.time()
+        ttl = options.ttl
+        try:
+            data = encode(
+                self.serializer,
+                value,
+                fresh_until=float("inf") if ttl is None else now + ttl,
+                created_at=now,
+                duration=0.0,
+            )
+        except Exception as exc:
+            raise SerializationError(
+                f"cannot serialize the value for key {keys.name!r} with {self.serializer!r}: {exc}",
+                key=keys.name,
+            ) from exc
+        return [data, options.expire_ms or 0, keys.channel]
+
+    @staticmethod
+    def _invalidate_args() -> list[Any]:
+        return [MAGIC, FRESH_UNTIL_OFFSET, b"\x00" * 8]
+
+    @staticmethod
+    def _op_call(op: Acquire | Commit | Release, keys: Keys, options: Options) -> tuple[str, list[Any]]:
+        """The script and arguments that carry out a lease operation."""
+        if isinstance(op, Acquire):
+            return "acquire", [op.token, options.lease_ms]
+        if isinstance(op, Commit):
+            return "commit", [op.token or "", op.data, options.expire_ms or 0, keys.channel]
+        return "release", [op.token, keys.channel]
+
+    @staticmethod
+    def _op_result(op: Acquire | Commit | Release, reply: Any) -> Any:
+        if isinstance(op, Acquire):
+            won, detail = reply
+            return Acquired(True, detail) if won else Acquired(False, lease_pttl=int(detail))
+        if isinstance(op, Commit):
+            return bool(reply)
+        return None

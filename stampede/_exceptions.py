@@ -1,0 +1,60 @@
+"""The exceptions stampede raises.
+
+Every error the library itself raises derives from :class:`StampedeError`::
+
+    StampedeError
+    ├── ConfigurationError     bad argument, option, key or client (also a ValueError)
+    ├── SerializationError     the serializer could not encode a value
+    ├── RedisUnavailableError  Redis unreachable, timing out or refusing a command
+    └── WaitTimeoutError       a missing key was not rebuilt within ``wait_timeout``
+                               (also a TimeoutError)
+
+Exceptions raised by a rebuild function are never wrapped: they reach the
+caller of ``get_or_rebuild`` unchanged.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigurationError",
+    "RedisUnavailableError",
+    "SerializationError",
+    "StampedeError",
+    "WaitTimeoutError",
+]
+
+
+class StampedeError(Exception):
+    """Base class of every error raised by stampede itself."""
+
+
+class ConfigurationError(StampedeError, ValueError):
+    """An argument, option, key or client is not usable; the message names it."""
+
+
+class SerializationError(StampedeError):
+    """The configured serializer could not encode a value."""
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class RedisUnavailableError(StampedeError):
+    """Redis could not be reached, timed out, or refused a command.
+
+    The driver's original exception is chained as ``__cause__``.
+    """
+
+
+class WaitTimeoutError(StampedeError, TimeoutError):
+    """Another caller held the lease on a missing key for longer than ``wait_timeout``."""
+
+    def __init__(self, key: str, wait_timeout: float) -> None:
+        super().__init__(
+            f"no value for key {key!r} after waiting {wait_timeout:g}s for the "
+            "caller holding its lease (raise wait_timeout, or set "
+            "on_wait_timeout='rebuild')"
+        )
+        self.key = key
+        self.wait_timeout = wait_timeout

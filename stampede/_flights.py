@@ -1,0 +1,82 @@
+"""In-process coalescing: one flight per key per process, shared by callers.
+
+The first caller of a key becomes the flight's leader and goes to Redis;
+the others join its flight instead of sending their own lease attempts
+and waits. Used by both drivers; only the event type differs (a
+``threading.Event`` or an ``asyncio.Event``).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+__all__ = ["Flight", "Flights"]
+
+
+class _Settable(Protocol):
+    def set(self) -> None: ...
+
+
+E = TypeVar("E", bound=_Settable)
+
+
+class Flight(Generic[E]):
+    """One leader's work on one key, and its outcome once ``done`` is set."""
+
+    __slots__ = ("done", "error", "value")
+
+    def __init__(self, done: E) -> None:
+        self.done = done
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    @property
+    def abandoned(self) -> bool:
+        """The leader was cancelled or interrupted: followers must try again
+        themselves rather than inherit a cancellation that was not theirs."""
+        return self.error is not None and not isinstance(self.error, Exception)
+
+    def outcome(self) -> Any:
+        """The leader's value, or its exception raised here."""
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class Flights(Generic[E]):
+    """The flights under way in this process, by Redis key."""
+
+    def __init__(self, new_event: Callable[[], E]) -> None:
+        self._new_event = new_event
+        self._lock = threading.Lock()
+        self._flights: dict[bytes, Flight[E]] = {}
+
+    def join(self, key: bytes) -> tuple[Flight[E], bool]:
+        """The flight for ``key``, and whether the caller leads it (it is new)."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is not None:
+                return flight, False
+            flight = self._flights[key] = Flight(self._new_event())
+            return flight, True
+
+    def finish(
+        self,
+        key: bytes,
+        flight: Flight[E],
+        value: Any = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """Record the leader's outcome and wake the followers."""
+        with self._lock:
+            if self._flights.get(key) is flight:
+                del self._flights[key]
+        flight.value = value
+        flight.error = error
+        flight.done.set()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._flights)

@@ -1,0 +1,351 @@
+"""The stampede algorithm, written once and free of I/O.
+
+:class:`Flow` is a generator that yields operations (:class:`Acquire`,
+:class:`Rebuild`, :class:`Commit`, :class:`Release`, :class:`Wait`) and
+receives their results; the sync and asyncio drivers run the same
+generator, so there is one copy of the logic, testable without Redis or a
+real clock. A driver reports a failed Redis operation by throwing
+:class:`~stampede.RedisUnavailableError` into the generator.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ._envelope import Entry, encode
+from ._events import EventKind, logger
+from ._exceptions import RedisUnavailableError, SerializationError, WaitTimeoutError
+from ._keys import Keys
+from ._options import Options
+from ._serializers import Serializer
+
+__all__ = [
+    "Acquire",
+    "Acquired",
+    "Clock",
+    "Commit",
+    "Flow",
+    "Lookup",
+    "Op",
+    "Rebuild",
+    "Rebuilt",
+    "Release",
+    "Wait",
+    "new_token",
+    "poll_interval",
+    "renew_interval",
+]
+
+
+class Clock(Protocol):
+    """Where the flow reads time: wall clock for shared timestamps, monotonic for waits."""
+
+    def time(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+
+def new_token() -> str:
+    """A lease token: 128 random bits, never reused."""
+    return secrets.token_hex(16)
+
+
+# --- operations the flow yields, and what drivers send back ----------------
+
+
+@dataclass(frozen=True, slots=True)
+class Acquire:
+    """Try to take the lease. Result: :class:`Acquired`."""
+
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """Result of :class:`Acquire`.
+
+    ``current`` is the value key's raw bytes, read atomically with a won
+    lease; ``lease_pttl`` the holder's remaining milliseconds when lost.
+    """
+
+    won: bool
+    current: bytes | None = None
+    lease_pttl: int = -2
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuild:
+    """Run the rebuild function, renewing lease ``token`` (if any) meanwhile.
+
+    Result: :class:`Rebuilt`, never an exception: the rebuild's own errors
+    are data here, so they cannot be mistaken for the driver's.
+    """
+
+    token: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Rebuilt:
+    """Result of :class:`Rebuild`."""
+
+    value: Any
+    error: BaseException | None
+    duration: float
+    lease_lost: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """Write ``data`` if ``token`` still holds the lease (or, for ``None``,
+    if nobody holds one), release the lease and wake waiters. Result: bool."""
+
+    token: str | None
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """Drop lease ``token`` if still ours and wake waiters. Result: None.
+
+    Drivers never raise from it: the lease TTL is the backstop.
+    """
+
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    """Wait until a value lands, the lease is freed, or ``timeout`` passes.
+
+    Result: the value key's raw bytes, or ``None``.
+    """
+
+    timeout: float
+    lease_pttl: int
+
+
+Op = Acquire | Rebuild | Commit | Release | Wait
+
+
+def poll_interval(remaining: float, lease_pttl_ms: int) -> float:
+    """How long a waiter sleeps before checking Redis itself.
+
+    Waiters are woken by a message when a value lands or a lease is
+    released; checking only guards against a lost message or a holder that
+    died (its lease then expires silently). Jitter keeps waiters apart.
+    """
+    until_expiry = lease_pttl_ms / 1000 if lease_pttl_ms > 0 else 0.05
+    return max(0.0, min(remaining, until_expiry + random.uniform(0.005, 0.05), 1.0))
+
+
+def renew_interval(lease_ttl: float) -> float:
+    """How often the watchdog renews a lease: three chances before it lapses."""
+    return lease_ttl / 3
+
+
+@dataclass(frozen=True, slots=True)
+class Lookup:
+    """What the first read of a key found.
+
+    ``entry`` is a readable value (fresh, due for early refresh, or stale);
+    ``error`` a failed read. ``fresh`` means serve ``entry`` and stop.
+    """
+
+    entry: Entry | None
+    fresh: bool = False
+    error: RedisUnavailableError | None = None
+
+
+_Outcome = tuple[Any, BaseException | None]
+
+
+class Flow:
+    """One ``get_or_rebuild`` call of one key, past the fresh hit.
+
+    Args:
+        keys: the Redis names of the key.
+        options: the call's effective options.
+        serializer: encodes the rebuilt value.
+        decode: raw bytes (or ``None``) to an :class:`Entry`, ``None`` when
+            missing or unreadable.
+        clock: time source.
+        emit: reports an event about this key.
+        background: this flow runs detached; its caller was already served.
+    """
+
+    def __init__(
+        self,
+        keys: Keys,
+        options: Options,
+        serializer: Serializer,
+        decode: Callable[[bytes | None], Entry | None],
+        clock: Clock,
+        emit: Callable[..., None],
+        *,
+        background: bool = False,
+    ) -> None:
+        self.keys = keys
+        self.options = options
+        self.serializer = serializer
+        self.decode = decode
+        self.clock = clock
+        self.emit = emit
+        self.background = background
+
+    def run(self, lookup: Lookup) -> Generator[Op, Any, Any]:
+        """Serve, refresh or rebuild the key; returns the value or raises."""
+        try:
+            if lookup.error is not None:
+                raise lookup.error
+            if lookup.entry is not None:
+                outcome = yield from self._refresh(lookup.entry)
+            else:
+                outcome = yield from self._fill()
+        except RedisUnavailableError as exc:
+            if lookup.entry is not None:
+                # stale-if-error: a value in hand beats a rebuild against a sick Redis.
+                logger.warning("Redis failed refreshing %r; serving its stale value: %s", self.keys.name, exc)
+                outcome = (lookup.entry.value, None)
+            elif not self.options.fail_open:
+                raise
+            else:
+                logger.warning(
+                    "Redis failed for %r; rebuilding without it (fail_open): %s", self.keys.name, exc
+                )
+                self.emit(EventKind.FAIL_OPEN, error=exc)
+                rebuilt = yield Rebuild(None)
+                outcome = (rebuilt.value, rebuilt.error)
+        value, error = outcome
+        if error is not None:
+            raise error
+        return value
+
+    def after_wait_timeout(self) -> Generator[Op, Any, Any]:
+        """What a caller does once it has waited ``wait_timeout`` in vain."""
+        self.emit(EventKind.WAIT_TIMEOUT)
+        if self.options.on_wait_timeout == "raise":
+            raise WaitTimeoutError(self.keys.name, self.options.wait_timeout)
+        logger.warning(
+            "waited %gs for the rebuild of %r; rebuilding without the lease",
+            self.options.wait_timeout,
+            self.keys.name,
+        )
+        value, error = yield from self._rebuild_and_commit(None, None)
+        if error is not None:
+            raise error
+        return value
+
+    def _refresh(self, entry: Entry) -> Generator[Op, Any, _Outcome]:
+        # A stale (or early-refresh) value is in hand: whoever loses the
+        # lease race serves it at once.
+        token = new_token()
+        acquired: Acquired = yield Acquire(token)
+        if not acquired.won:
+            if not self.background:
+                fresh = entry.is_fresh(self.clock.time())
+                self.emit(EventKind.HIT if fresh else EventKind.STALE_HIT)
+            return entry.value, None
+        self.emit(EventKind.LEASE_WON)
+        current = self.decode(acquired.current)
+        if (
+            current is not None
+            and current.created_at > entry.created_at
+            and current.is_fresh(self.clock.time())
+        ):
+            # Refreshed by someone else between our read and our lease.
+            yield Release(token)
+            return current.value, None
+        return (yield from self._rebuild_and_commit(token, entry))
+
+    def _fill(self) -> Generator[Op, Any, _Outcome]:
+        # Nothing to serve: one caller rebuilds, the others wait for it.
+        self.emit(EventKind.MISS)
+        clock = self.clock
+        deadline = clock.monotonic() + self.options.wait_timeout
+        while True:
+            token = new_token()
+            acquired: Acquired = yield Acquire(token)
+            if acquired.won:
+                self.emit(EventKind.LEASE_WON)
+                landed = self.decode(acquired.current)
+                if landed is not None and landed.is_fresh(clock.time()):
+                    # A rebuild landed between our read and our lease.
+                    yield Release(token)
+                    return landed.value, None
+                return (yield from self._rebuild_and_commit(token, landed))
+            self.emit(EventKind.LEASE_BUSY)
+            remaining = deadline - clock.monotonic()
+            if remaining > 0:
+                started = clock.monotonic()
+                raw = yield Wait(remaining, acquired.lease_pttl)
+                self.emit(EventKind.WAIT, duration=clock.monotonic() - started)
+                landed = self.decode(raw)
+                if landed is not None:
+                    return landed.value, None
+                if clock.monotonic() < deadline:
+                    continue  # the lease was freed without a value: try to take it
+            try:
+                value = yield from self.after_wait_timeout()
+            except WaitTimeoutError as exc:
+                return None, exc
+            return value, None
+
+    def _rebuild_and_commit(self, token: str | None, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
+        rebuilt: Rebuilt = yield Rebuild(token)
+        name = self.keys.name
+        if rebuilt.lease_lost:
+            logger.warning("lost the lease on %r while rebuilding it", name)
+            self.emit(EventKind.LEASE_LOST)
+        if rebuilt.error is not None:
+            if token is not None:
+                yield Release(token)
+            if not isinstance(rebuilt.error, Exception):
+                return None, rebuilt.error  # cancelled or interrupted: nothing to serve
+            self.emit(EventKind.REBUILD_ERROR, duration=rebuilt.duration, error=rebuilt.error)
+            if stale is not None:
+                logger.warning("rebuild of %r raised; serving its stale value", name, exc_info=rebuilt.error)
+                return stale.value, None
+            return None, rebuilt.error
+        self.emit(EventKind.REBUILD, duration=rebuilt.duration)
+        try:
+            data = self._encode(rebuilt)
+        except SerializationError as exc:
+            if token is not None:
+                yield Release(token)
+            return None, exc
+        try:
+            committed = yield Commit(token, data)
+        except RedisUnavailableError as exc:
+            # The caller asked for a value and has one: failing the call now
+            # would throw the rebuild away. The next read rebuilds again.
+            logger.warning("could not store the rebuilt %r: %s", name, exc)
+            return rebuilt.value, None
+        if not committed:
+            logger.info("rebuilt %r but its lease had passed on; the newer value stays", name)
+            self.emit(EventKind.COMMIT_REJECTED)
+        return rebuilt.value, None
+
+    def _encode(self, rebuilt: Rebuilt) -> bytes:
+        now = self.clock.time()
+        ttl = self.options.ttl
+        try:
+            return encode(
+                self.serializer,
+                rebuilt.value,
+                fresh_until=math.inf if ttl is None else now + ttl,
+                created_at=now,
+                duration=rebuilt.duration,
+            )
+        except Exception as exc:
+            error = SerializationError(
+                f"cannot serialize the value rebuilt for key {self.keys.name!r} "
+                f"with {self.serializer!r}: {exc}",
+                key=self.keys.name,
+            )
+            error.__cause__ = exc
+            raise error from exc

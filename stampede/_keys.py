@@ -1,0 +1,62 @@
+"""Redis key names for a cache key: the value, its lease, its wake-up channel."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ._exceptions import ConfigurationError
+
+__all__ = ["KeySpace", "Keys"]
+
+_MAX_KEY_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Keys:
+    """The Redis names used for one cache key.
+
+    ``value`` and ``lease`` share a ``{hash tag}``, so the scripts that
+    touch both run on Redis Cluster.
+    """
+
+    name: str
+    value: bytes
+    lease: bytes
+    channel: bytes
+
+
+class KeySpace:
+    """Builds :class:`Keys` under a namespace, validating user keys."""
+
+    __slots__ = ("_prefix", "namespace")
+
+    def __init__(self, namespace: str) -> None:
+        if not isinstance(namespace, str) or not namespace:
+            raise ConfigurationError(f"namespace must be a non-empty str, got {namespace!r}")
+        if "{" in namespace or "}" in namespace:
+            # Braces would move the hash tag out of the user's key.
+            raise ConfigurationError(f"namespace must not contain '{{' or '}}': {namespace!r}")
+        self.namespace = namespace
+        self._prefix = namespace.encode() + b":{"
+
+    def __call__(self, key: str | bytes) -> Keys:
+        if isinstance(key, str):
+            raw = key.encode("utf-8", "surrogatepass")
+            name = key
+        elif isinstance(key, bytes):
+            raw = key
+            name = key.decode("utf-8", "backslashreplace")
+        else:
+            raise ConfigurationError(f"key must be str or bytes, got {type(key).__name__} {key!r}")
+        if not raw:
+            raise ConfigurationError("key must not be empty")
+        if len(raw) > _MAX_KEY_BYTES:
+            raise ConfigurationError(f"key is {len(raw)} bytes long; the limit is {_MAX_KEY_BYTES}")
+        if raw[0] == 0x7D:  # b"}"
+            # "{}..." is an empty hash tag, which Redis Cluster ignores; tag a digest instead.
+            digest = hashlib.sha256(raw).hexdigest()[:24].encode()
+            value = self._prefix + b"#" + digest + b"}" + raw
+        else:
+            value = self._prefix + raw + b"}"
+        return Keys(name, value, value + b":lease", value + b":ch")

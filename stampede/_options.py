@@ -1,0 +1,144 @@
+"""The frozen, validated options object shared by every driver."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from ._exceptions import ConfigurationError
+
+__all__ = ["CALL_OPTIONS", "Options", "WaitTimeoutPolicy"]
+
+WaitTimeoutPolicy = Literal["rebuild", "raise"]
+
+#: The options a single ``get_or_rebuild`` call may override.
+CALL_OPTIONS = frozenset({"ttl", "stale_ttl", "lease_ttl", "wait_timeout", "background", "beta"})
+
+
+def _number(name: str, value: object) -> float:
+    # bool is an int subclass; ttl=True is a bug, not one second.
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ConfigurationError(f"{name} must be finite, got {value!r}")
+    return number
+
+
+def _positive(name: str, value: object) -> float:
+    number = _number(name, value)
+    if number <= 0:
+        raise ConfigurationError(f"{name} must be greater than 0, got {value!r}")
+    return number
+
+
+def _non_negative(name: str, value: object) -> float:
+    number = _number(name, value)
+    if number < 0:
+        raise ConfigurationError(f"{name} must be 0 or more, got {value!r}")
+    return number
+
+
+def _flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """How stampede caches, leases and waits; validated when built.
+
+    Attributes:
+        ttl: seconds a value stays fresh; ``None`` keeps it fresh forever.
+        stale_ttl: seconds after ``ttl`` during which the old value is still
+            served while exactly one caller refreshes it. Redis expires the
+            key after ``ttl + stale_ttl``: the hard bound on staleness.
+        lease_ttl: seconds a rebuild lease lives in Redis without renewal.
+            A watchdog renews it while the rebuild runs, so this only bounds
+            how long a crashed holder blocks others.
+        max_lease_time: seconds after which the watchdog stops renewing a
+            lease, letting another caller take over a rebuild that hangs.
+        wait_timeout: seconds a caller waits for another caller's rebuild of
+            a missing key before ``on_wait_timeout`` applies.
+        on_wait_timeout: ``"rebuild"`` rebuilds without the lease (its write
+            is kept only if nobody holds a lease by then); ``"raise"`` raises
+            :class:`~stampede.WaitTimeoutError`.
+        background: refresh stale values in the background, so that even
+            the caller that wins the lease is served the stale value at once.
+        beta: enables probabilistic early refresh (XFetch) with this
+            aggressiveness; ``1.0`` is the usual choice, ``None`` disables it.
+        fail_open: when Redis is unreachable, run the rebuild directly
+            (still coalesced within the process) instead of raising
+            :class:`~stampede.RedisUnavailableError`.
+    """
+
+    ttl: float | None = 300.0
+    stale_ttl: float = 0.0
+    lease_ttl: float = 5.0
+    max_lease_time: float = 300.0
+    wait_timeout: float = 10.0
+    on_wait_timeout: WaitTimeoutPolicy = "rebuild"
+    background: bool = False
+    beta: float | None = None
+    fail_open: bool = False
+
+    def __post_init__(self) -> None:
+        # Normalise in place (frozen, hence object.__setattr__) so that the
+        # rest of the library only ever sees floats and bools.
+        set_ = object.__setattr__
+        if self.ttl is not None:
+            set_(self, "ttl", _positive("ttl", self.ttl))
+        set_(self, "stale_ttl", _non_negative("stale_ttl", self.stale_ttl))
+        lease_ttl = _positive("lease_ttl", self.lease_ttl)
+        if lease_ttl < 0.01:
+            raise ConfigurationError(f"lease_ttl must be at least 0.01, got {lease_ttl!r}")
+        set_(self, "lease_ttl", lease_ttl)
+        set_(self, "max_lease_time", _positive("max_lease_time", self.max_lease_time))
+        set_(self, "wait_timeout", _non_negative("wait_timeout", self.wait_timeout))
+        if self.on_wait_timeout not in ("rebuild", "raise"):
+            raise ConfigurationError(
+                "on_wait_timeout must be 'rebuild' or 'raise', " f"got {self.on_wait_timeout!r}"
+            )
+        _flag("background", self.background)
+        _flag("fail_open", self.fail_open)
+        if self.beta is not None:
+            set_(self, "beta", _positive("beta", self.beta))
+
+    @property
+    def lease_ms(self) -> int:
+        """The lease TTL in milliseconds, as Redis wants it."""
+        return max(1, round(self.lease_ttl * 1000))
+
+    @property
+    def expire_ms(self) -> int | None:
+        """Milliseconds until Redis drops a value written now; ``None``: never."""
+        if self.ttl is None:
+            return None
+        return max(1, math.ceil((self.ttl + self.stale_ttl) * 1000))
+
+    def merged(self, overrides: dict[str, Any]) -> Options:
+        """Return these options with per-call ``overrides`` applied (and validated)."""
+        if not overrides:
+            return self
+        unknown = overrides.keys() - CALL_OPTIONS
+        if unknown:
+            raise ConfigurationError(
+                f"unknown option(s) {', '.join(sorted(unknown))}; "
+                f"a call accepts {', '.join(sorted(CALL_OPTIONS))}"
+            )
+        return dataclasses.replace(self, **overrides)
+
+    @classmethod
+    def from_mapping(cls, values: dict[str, Any]) -> Options:
+        """Build options from a mapping, naming any unknown key in the error."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = values.keys() - fields
+        if unknown:
+            raise ConfigurationError(
+                f"unknown option(s) {', '.join(sorted(unknown))}; "
+                f"known options are {', '.join(sorted(fields))}"
+            )
+        return cls(**values)

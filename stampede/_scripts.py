@@ -1,0 +1,121 @@
+"""The Lua scripts behind every multi-step Redis operation.
+
+Each script is atomic on the server and safe to run twice: redis-py retries
+a command whose connection broke, so a script may execute although its
+first reply was lost. Every script therefore recognises its own earlier
+success (by token, or by the bytes it wrote) instead of reporting failure.
+
+Keys: KEYS[1] is the value, KEYS[2] the lease; both carry the same hash tag.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ACQUIRE", "COMMIT", "EXTEND", "INVALIDATE", "PROBE", "RELEASE", "WRITE"]
+
+# Reads the value, tolerating a key of another type (foreign data: a miss).
+_READ_VALUE = """
+local function read_value()
+  local v = redis.pcall('GET', KEYS[1])
+  if type(v) == 'table' then return false end
+  return v
+end
+"""
+
+# ARGV: token, lease_ms.
+# -> {1, value-or-nil} when the caller holds the lease (the value lets it see
+#    a rebuild that landed between its read and its lease);
+#    {0, lease pttl} when someone else holds it.
+ACQUIRE = (
+    _READ_VALUE
+    + """
+local held = redis.call('GET', KEYS[2])
+if held == ARGV[1] then return {1, read_value()} end
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, read_value()}
+end
+return {0, redis.call('PTTL', KEYS[2])}
+"""
+)
+
+# The fenced write. ARGV: token ('' = write only if nobody holds a lease),
+# envelope, expire_ms ('0' = never), channel.
+# -> 1 written (now or by an earlier run of this same call), 0 rejected.
+COMMIT = (
+    _READ_VALUE
+    + """
+local held = redis.call('GET', KEYS[2])
+if ARGV[1] == '' then
+  if held then return 0 end
+elseif held == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+else
+  if read_value() == ARGV[2] then return 1 end
+  return 0
+end
+if ARGV[3] == '0' then
+  redis.call('SET', KEYS[1], ARGV[2])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+redis.call('PUBLISH', ARGV[4], '1')
+return 1
+"""
+)
+
+# Owner-checked release; wakes waiters so one of them can take over.
+# ARGV: token, channel. -> 1 released, 0 not ours.
+RELEASE = """
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+  redis.call('PUBLISH', ARGV[2], '0')
+  return 1
+end
+return 0
+"""
+
+# Owner-checked renewal. ARGV: token, lease_ms. -> 1 renewed, 0 lost.
+EXTEND = """
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
+return 0
+"""
+
+# What a waiter checks: -> {value-or-nil, lease pttl (-2: no lease)}.
+PROBE = (
+    _READ_VALUE
+    + """
+return {read_value(), redis.call('PTTL', KEYS[2])}
+"""
+)
+
+# An unconditional write (``set``, ``delete``): cancels any rebuild in flight
+# by dropping its lease, so a rebuild that started from older data cannot
+# overwrite this write. ARGV: envelope ('' = delete), expire_ms, channel.
+WRITE = """
+redis.call('DEL', KEYS[2])
+if ARGV[1] == '' then
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], '0')
+  return 1
+end
+if ARGV[2] == '0' then
+  redis.call('SET', KEYS[1], ARGV[1])
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+redis.call('PUBLISH', ARGV[3], '1')
+return 1
+"""
+
+# Soft invalidation: zero fresh_until in place (the key keeps its TTL and
+# payload, so it is served stale while one caller refreshes it) and cancel
+# any rebuild in flight, which may have read the data being invalidated.
+# ARGV: magic, offset (0-based), 8 bytes of fresh_until. -> 1 marked, 0 absent.
+INVALIDATE = """
+redis.call('DEL', KEYS[2])
+local head = redis.pcall('GETRANGE', KEYS[1], 0, string.len(ARGV[1]) - 1)
+if head ~= ARGV[1] then return 0 end
+redis.call('SETRANGE', KEYS[1], tonumber(ARGV[2]), ARGV[3])
+return 1
+"""

@@ -1,0 +1,390 @@
+"""The synchronous driver: :class:`Stampede` on a blocking redis-py client."""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Generator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar, cast
+
+import redis
+import redis.exceptions
+
+from ._base import UNSET, StampedeBase
+from ._cached import CachedFunction, key_builder
+from ._envelope import Entry
+from ._events import logger
+from ._exceptions import ConfigurationError, RedisUnavailableError
+from ._flights import Flight, Flights
+from ._flow import Lookup, Op, Rebuild, Rebuilt, Release, Wait, poll_interval, renew_interval
+from ._keys import Keys
+from ._options import Options
+
+__all__ = ["Stampede"]
+
+T = TypeVar("T")
+
+
+class _Watchdog(threading.Thread):
+    """Renews a lease while its rebuild runs; stops on request, at the cap, or when lost."""
+
+    def __init__(self, renew: Callable[[], bool], interval: float, limit: float) -> None:
+        super().__init__(name="stampede-lease-watchdog", daemon=True)
+        self._renew = renew
+        self._interval = interval
+        self._limit = limit
+        self._stopping = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        give_up_at = time.monotonic() + self._limit
+        while not self._stopping.wait(self._interval):
+            if time.monotonic() >= give_up_at:
+                logger.warning("lease held for max_lease_time (%gs); no longer renewing it", self._limit)
+                return
+            try:
+                renewed = self._renew()
+            except RedisUnavailableError as exc:
+                logger.warning("could not renew a lease, will retry: %s", exc)
+                continue
+            if not renewed:
+                self.lost = True
+                return
+
+    def stop(self) -> bool:
+        """Stop renewing; returns whether the lease was lost meanwhile."""
+        self._stopping.set()
+        self.join()
+        return self.lost
+
+
+class Stampede(StampedeBase):
+    """Stampede-protected caching on a blocking redis-py client.
+
+    Args:
+        client: a ``redis.Redis`` (or ``RedisCluster``) created with
+            ``decode_responses=False``. Give it a ``socket_timeout``: without
+            one, a Redis that stops answering blocks callers forever.
+        namespace: prefix of every Redis key written.
+        options: an :class:`~stampede.Options`; keyword arguments named like
+            its fields (``ttl=60``, ``fail_open=True``...) override it.
+        serializer: how values are stored; :class:`~stampede.PickleSerializer`
+            by default.
+        on_event: called with every :class:`~stampede.Event`.
+        clock: time source with ``time()`` and ``monotonic()``.
+        background_workers: threads that run background refreshes.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        background_workers: int = 4,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(client, **kwargs)
+        if (
+            isinstance(background_workers, bool)
+            or not isinstance(background_workers, int)
+            or background_workers < 1
+        ):
+            raise ConfigurationError(f"background_workers must be an int >= 1, got {background_workers!r}")
+        self._background_workers = background_workers
+        self._executor: ThreadPoolExecutor | None = None
+        self._executor_lock = threading.Lock()
+        self._flights: Flights[threading.Event] = Flights(threading.Event)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        socket_timeout: float = 5.0,
+        socket_connect_timeout: float = 5.0,
+        **kwargs: Any,
+    ) -> Stampede:
+        """Connect to the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``).
+
+        Socket timeouts are set so that an unresponsive Redis raises
+        :class:`~stampede.RedisUnavailableError` instead of hanging.
+        """
+        client = redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            health_check_interval=30,
+        )
+        return cls(client, **kwargs)
+
+    # --- the main entry point -----------------------------------------------
+
+    def get_or_rebuild(
+        self,
+        key: str | bytes,
+        rebuild: Callable[[], T],
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        lease_ttl: float = UNSET,
+        wait_timeout: float = UNSET,
+        background: bool = UNSET,
+        beta: float | None = UNSET,
+    ) -> T:
+        """Return the cached value of ``key``, rebuilding it with ``rebuild()``
+        in exactly one caller when it is stale or missing.
+
+        Fresh: one GET. Stale: one caller (cluster-wide) refreshes, the others
+        get the stale value at once. Missing: one caller rebuilds, the others
+        wait to be woken, for at most ``wait_timeout``. Options left out take
+        this instance's defaults (see :class:`~stampede.Options`). Exceptions
+        from ``rebuild`` reach the caller unchanged.
+        """
+        options = self._call_options(
+            ttl=ttl,
+            stale_ttl=stale_ttl,
+            lease_ttl=lease_ttl,
+            wait_timeout=wait_timeout,
+            background=background,
+            beta=beta,
+        )
+        if not callable(rebuild):
+            raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
+        keys = self._keys(key)
+        try:
+            raw = self._client.get(keys.value)
+        except redis.exceptions.RedisError as exc:
+            lookup = self._read_failed(keys, exc)
+        else:
+            lookup = self._classify(keys, raw, options)
+            if lookup.fresh and lookup.entry is not None:
+                return cast(T, lookup.entry.value)
+        return self._single_flight(keys, options, lookup, rebuild)
+
+    def _single_flight(self, keys: Keys, options: Options, lookup: Lookup, rebuild: Callable[[], T]) -> T:
+        while True:
+            flight, leader = self._flights.join(keys.value)
+            if leader:
+                break
+            if lookup.entry is not None:
+                return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
+            if not flight.done.wait(options.wait_timeout):
+                return self._drive(self._flow(keys, options).after_wait_timeout(), keys, options, rebuild)  # type: ignore[no-any-return]
+            if not flight.abandoned:
+                return flight.outcome()  # type: ignore[no-any-return]
+        if options.background and lookup.entry is not None:
+            self._refresh_in_background(keys, options, lookup, rebuild, flight)
+            return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
+        try:
+            value = self._drive(self._flow(keys, options).run(lookup), keys, options, rebuild)
+        except BaseException as exc:
+            self._flights.finish(keys.value, flight, error=exc)
+            raise
+        self._flights.finish(keys.value, flight, value=value)
+        return value  # type: ignore[no-any-return]
+
+    def _refresh_in_background(
+        self,
+        keys: Keys,
+        options: Options,
+        lookup: Lookup,
+        rebuild: Callable[[], Any],
+        flight: Flight[threading.Event],
+    ) -> None:
+        def refresh() -> None:
+            try:
+                value = self._drive(
+                    self._flow(keys, options, background=True).run(lookup), keys, options, rebuild
+                )
+            except BaseException as exc:
+                logger.warning("background refresh of %r failed", keys.name, exc_info=exc)
+                self._flights.finish(keys.value, flight, error=exc)
+            else:
+                self._flights.finish(keys.value, flight, value=value)
+
+        try:
+            self._background_executor().submit(refresh)
+        except RuntimeError as exc:  # the interpreter is shutting down
+            logger.info("cannot refresh %r in the background: %s", keys.name, exc)
+            self._flights.finish(keys.value, flight, error=exc)
+
+    def _background_executor(self) -> ThreadPoolExecutor:
+        with self._executor_lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(
+                    self._background_workers, thread_name_prefix="stampede-refresh"
+                )
+            return self._executor
+
+    # --- running the flow ---------------------------------------------------
+
+    def _drive(
+        self, flow: Generator[Op, Any, Any], keys: Keys, options: Options, rebuild: Callable[[], Any]
+    ) -> Any:
+        reply: Any = None
+        failure: BaseException | None = None
+        while True:
+            try:
+                op = flow.throw(failure) if failure is not None else flow.send(reply)
+            except StopIteration as stop:
+                return stop.value
+            reply, failure = None, None
+            try:
+                reply = self._execute(op, keys, options, rebuild)
+            except BaseException as exc:
+                failure = exc
+
+    def _execute(self, op: Op, keys: Keys, options: Options, rebuild: Callable[[], Any]) -> Any:
+        if isinstance(op, Rebuild):
+            return self._rebuild(op.token, keys, options, rebuild)
+        if isinstance(op, Wait):
+            return self._wait(op, keys)
+        script, args = self._op_call(op, keys, options)
+        try:
+            return self._op_result(op, self._script(script, keys, args))
+        except RedisUnavailableError:
+            if isinstance(op, Release):
+                return None  # logged as an event already; the lease TTL cleans up
+            raise
+
+    def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
+        with self._redis_errors(keys, name):
+            return self._scripts[name](keys=[keys.value, keys.lease], args=args)
+
+    def _rebuild(
+        self, token: str | None, keys: Keys, options: Options, rebuild: Callable[[], Any]
+    ) -> Rebuilt:
+        watchdog = None
+        if token is not None:
+            renew = functools.partial(self._script, "extend", keys, [token, options.lease_ms])
+            watchdog = _Watchdog(
+                lambda: bool(renew()), renew_interval(options.lease_ttl), options.max_lease_time
+            )
+            watchdog.start()
+        started = self._clock.monotonic()
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = rebuild()
+        except BaseException as exc:
+            error = exc
+        duration = self._clock.monotonic() - started
+        lost = watchdog.stop() if watchdog is not None else False
+        return Rebuilt(value, error, duration, lost)
+
+    def _wait(self, op: Wait, keys: Keys) -> bytes | None:
+        deadline = self._clock.monotonic() + op.timeout
+        with self._redis_errors(keys, "wait for the rebuild"):
+            pubsub = self._client.pubsub()
+            try:
+                pubsub.subscribe(keys.channel)
+                # Probe only once subscribed: a value that lands after the
+                # probe then always reaches us as a message.
+                while True:
+                    remaining = deadline - self._clock.monotonic()
+                    if remaining <= 0:
+                        return None
+                    message = pubsub.get_message(timeout=remaining)
+                    if message is not None and message["type"] == "subscribe":
+                        break
+                pttl = op.lease_pttl
+                while True:
+                    raw, pttl = self._scripts["probe"](keys=[keys.value, keys.lease])
+                    if raw is not None or pttl == -2:
+                        return raw  # type: ignore[no-any-return]
+                    remaining = deadline - self._clock.monotonic()
+                    if remaining <= 0:
+                        return None
+                    pubsub.get_message(timeout=poll_interval(remaining, pttl))
+            finally:
+                pubsub.close()
+
+    # --- direct reads and writes --------------------------------------------
+
+    def get(self, key: str | bytes) -> Entry | None:
+        """The stored entry of ``key`` (value, freshness, age), or ``None``.
+
+        A plain read: no lease, no rebuild, no waiting.
+        """
+        keys = self._keys(key)
+        try:
+            raw = self._client.get(keys.value)
+        except redis.exceptions.RedisError as exc:
+            lookup = self._read_failed(keys, exc)
+            if lookup.error is not None:
+                raise lookup.error from exc
+            return None
+        return self._decode(keys, raw)
+
+    def set(
+        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> None:
+        """Store ``value`` under ``key`` now, wake any waiters, and cancel any
+        rebuild in flight (its write would be older than this one)."""
+        options = self._call_options(ttl=ttl, stale_ttl=stale_ttl)
+        keys = self._keys(key)
+        self._script("write", keys, self._write_args(keys, value, options))
+
+    def delete(self, key: str | bytes) -> None:
+        """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild in flight."""
+        keys = self._keys(key)
+        self._script("write", keys, ["", 0, keys.channel])
+
+    def invalidate(self, key: str | bytes) -> bool:
+        """Mark ``key`` stale but keep serving it while one caller refreshes it.
+
+        Cancels any rebuild in flight, which may have read the data being
+        invalidated. Returns whether there was a value to mark.
+        """
+        keys = self._keys(key)
+        return bool(self._script("invalidate", keys, self._invalidate_args()))
+
+    def cached(
+        self,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        lease_ttl: float = UNSET,
+        wait_timeout: float = UNSET,
+        background: bool = UNSET,
+        beta: float | None = UNSET,
+        key: str | Callable[..., str] | None = None,
+    ) -> Callable[[Callable[..., T]], CachedFunction[T]]:
+        """Decorate a function so its results are cached with :meth:`get_or_rebuild`.
+
+        The key is the function's module and qualified name plus the
+        ``repr`` of its bound arguments, unless ``key`` (a fixed string, or a
+        function of the same arguments returning one) says otherwise. The
+        decorated function gains ``key(*args)``, ``invalidate(*args)`` and
+        ``delete(*args)``.
+        """
+        overrides: dict[str, Any] = dict(
+            ttl=ttl,
+            stale_ttl=stale_ttl,
+            lease_ttl=lease_ttl,
+            wait_timeout=wait_timeout,
+            background=background,
+            beta=beta,
+        )
+        self._call_options(**overrides)  # reject bad options when decorating
+
+        def decorate(func: Callable[..., T]) -> CachedFunction[T]:
+            key_of = key_builder(func, key)
+
+            @functools.wraps(func)
+            def wrapper(*args: Any, **kwargs: Any) -> T:
+                return self.get_or_rebuild(
+                    key_of(*args, **kwargs), lambda: func(*args, **kwargs), **overrides
+                )
+
+            return CachedFunction.attach(wrapper, key_of, self.invalidate, self.delete)
+
+        return decorate
+
+    def close(self) -> None:
+        """Wait for background refreshes to finish and stop their threads."""
+        with self._executor_lock:
+            executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
