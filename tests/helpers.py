@@ -1,0 +1,59 @@
+"""Small tools for concurrent tests."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class Rebuilds:
+    """A rebuild function that counts its runs (thread-safe) and can be slow or fail."""
+
+    def __init__(self, result: Callable[[int], Any] = lambda n: f"v{n}", delay: float = 0.0) -> None:
+        self.result = result
+        self.delay = delay
+        self.count = 0
+        self.started = threading.Event()
+        self._lock = threading.Lock()
+
+    def __call__(self) -> Any:
+        with self._lock:
+            self.count += 1
+            n = self.count
+        self.started.set()
+        if self.delay:
+            time.sleep(self.delay)
+        return self.result(n)
+
+
+def run_threads(n: int, target: Callable[[], Any], *, timeout: float = 60) -> list[Any]:
+    """Run ``target`` in ``n`` threads released together; return results (or
+    the exceptions raised). Fails if any thread is still running after ``timeout``."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+
+    def work(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = target()
+        except BaseException as exc:
+            results[i] = exc
+
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout)
+    stuck = sum(thread.is_alive() for thread in threads)
+    assert stuck == 0, f"{stuck} of {n} callers still blocked after {timeout}s"
+    return results
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    """Poll ``condition`` until true; fail after ``timeout`` (a bound, not a measurement)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.01)

@@ -1,0 +1,310 @@
+"""What users rely on, against real Redis, for both the sync and asyncio drivers."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+from redis.crc import key_slot
+
+from stampede import Event, EventKind, JsonSerializer, PickleSerializer, SerializationError, WaitTimeoutError
+from stampede._envelope import HEADER, MAGIC, encode
+from stampede._keys import KeySpace
+from tests.helpers import Rebuilds, run_threads, wait_until
+
+
+def test_miss_rebuilds_once_then_hits(make_driver: Any) -> None:
+    sf = make_driver()
+    rebuild = Rebuilds()
+    assert sf.get_or_rebuild("k", rebuild, ttl=60) == "v1"
+    assert sf.get_or_rebuild("k", rebuild, ttl=60) == "v1"
+    assert rebuild.count == 1
+
+
+def test_fresh_hit_is_a_single_get(make_driver: Any, server: Any) -> None:
+    sf = make_driver(server.url)
+    sf.get_or_rebuild("k", Rebuilds(), ttl=60)
+    admin = redis.Redis.from_url(server.url)
+    admin.config_resetstat()
+    for _ in range(5):
+        assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
+    stats = admin.info("commandstats")
+    sent = {name: stat["calls"] for name, stat in stats.items() if name not in ("cmdstat_info", "cmdstat_config")}
+    assert sent == {"cmdstat_get": 5}
+
+
+def test_stored_with_hard_expiry_of_ttl_plus_stale_ttl(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    sf = make_driver()
+    sf.get_or_rebuild("k", Rebuilds(), ttl=60, stale_ttl=600)
+    assert 659_000 < client.pttl(keys("k").value) <= 660_000
+    sf.get_or_rebuild("forever", Rebuilds(), ttl=None)
+    assert client.pttl(keys("forever").value) == -1
+
+
+def test_cold_key_many_callers_one_rebuild(make_driver: Any) -> None:
+    sf = make_driver()
+    rebuild = Rebuilds(delay=0.2)
+    results = run_threads(32, lambda: sf.get_or_rebuild("cold", rebuild, ttl=60))
+    assert rebuild.count == 1
+    assert results == ["v1"] * 32
+
+
+def test_one_lease_attempt_per_process_for_many_callers(make_driver: Any) -> None:
+    events: list[Event] = []
+    sf = make_driver(on_event=events.append)
+    run_threads(24, lambda: sf.get_or_rebuild("cold", Rebuilds(delay=0.2), ttl=60))
+    kinds = Counter(event.kind for event in events)
+    assert kinds[EventKind.LEASE_WON] + kinds[EventKind.LEASE_BUSY] == 1
+    assert kinds[EventKind.REBUILD] == 1
+
+
+def test_stale_key_one_refresh_everyone_else_served_stale(make_driver: Any) -> None:
+    sf = make_driver()
+    sf.set("hot", "old", ttl=60, stale_ttl=600)
+    sf.invalidate("hot")
+    rebuild = Rebuilds(lambda n: "new", delay=0.2)
+    results = run_threads(32, lambda: sf.get_or_rebuild("hot", rebuild, ttl=60, stale_ttl=600))
+    assert rebuild.count == 1
+    assert Counter(results) == {"old": 31, "new": 1}
+    assert sf.get("hot").value == "new"
+
+
+def test_two_instances_share_one_lease(make_driver: Any) -> None:
+    # Two instances have separate in-process flights: only the Redis lease
+    # keeps them from rebuilding twice (as two processes would).
+    instances = iter([make_driver(), make_driver()])
+    rebuild = Rebuilds(delay=0.3)
+    results = run_threads(2, lambda: next(instances).get_or_rebuild("k", rebuild, ttl=60))
+    assert rebuild.count == 1
+    assert results == ["v1", "v1"]
+
+
+def test_background_refresh_serves_stale_to_every_caller(make_driver: Any) -> None:
+    sf = make_driver()
+    sf.set("hot", "old", ttl=60, stale_ttl=600)
+    sf.invalidate("hot")
+    rebuild = Rebuilds(lambda n: "new", delay=0.2)
+    results = run_threads(16, lambda: sf.get_or_rebuild("hot", rebuild, ttl=60, stale_ttl=600, background=True))
+    assert results == ["old"] * 16
+    wait_until(lambda: sf.get("hot").value == "new")
+    assert rebuild.count == 1
+
+
+def test_rebuild_error_reaches_caller_unchanged_and_frees_the_lease(
+    make_driver: Any, client: redis.Redis, keys: KeySpace
+) -> None:
+    sf = make_driver()
+    boom = LookupError("database down")
+
+    def failing() -> None:
+        raise boom
+
+    with pytest.raises(LookupError) as caught:
+        sf.get_or_rebuild("k", failing, ttl=60)
+    assert caught.value is boom
+    assert client.exists(keys("k").lease) == 0
+    assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
+
+
+def test_rebuild_error_serves_stale_and_logs(make_driver: Any, caplog: pytest.LogCaptureFixture) -> None:
+    sf = make_driver()
+    sf.set("k", "old", ttl=60, stale_ttl=600)
+    sf.invalidate("k")
+
+    def failing() -> None:
+        raise RuntimeError("database down")
+
+    with caplog.at_level(logging.WARNING, logger="stampede"):
+        assert sf.get_or_rebuild("k", failing, ttl=60, stale_ttl=600) == "old"
+    assert "serving its stale value" in caplog.text
+
+
+def test_waiters_do_not_hang_when_the_rebuild_fails(make_driver: Any) -> None:
+    sf = make_driver()
+    calls = Rebuilds(delay=0.2)
+
+    def failing() -> None:
+        calls()
+        raise RuntimeError("down")
+
+    results = run_threads(8, lambda: sf.get_or_rebuild("k", failing, ttl=60, wait_timeout=30))
+    assert all(isinstance(result, RuntimeError) for result in results)
+    assert calls.count == 1  # followers in the process share the leader's error
+
+
+def test_set_get_delete(make_driver: Any) -> None:
+    sf = make_driver()
+    assert sf.get("k") is None
+    sf.set("k", {"a": [1, 2]}, ttl=60)
+    entry = sf.get("k")
+    assert entry.value == {"a": [1, 2]}
+    assert entry.is_fresh()
+    sf.set("none", None, ttl=60)
+    assert sf.get("none").value is None  # a stored None is a value, not a miss
+    assert sf.get_or_rebuild("none", Rebuilds(), ttl=60) is None
+    sf.delete("k")
+    assert sf.get("k") is None
+
+
+def test_invalidate_keeps_the_value_servable_as_stale(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    sf = make_driver()
+    assert sf.invalidate("k") is False
+    assert client.exists(keys("k").value) == 0  # nothing created
+    sf.set("k", "old", ttl=60, stale_ttl=0)
+    pttl = client.pttl(keys("k").value)
+    assert sf.invalidate("k") is True
+    entry = sf.get("k")
+    assert entry.value == "old"
+    assert not entry.is_fresh()
+    assert 0 < client.pttl(keys("k").value) <= pttl  # the hard expiry is unchanged
+    assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
+
+
+@pytest.mark.parametrize("write", ["set", "delete", "invalidate"])
+def test_writes_cancel_a_rebuild_in_flight(make_driver: Any, write: str) -> None:
+    # A rebuild that started before the data changed must not overwrite it.
+    sf = make_driver()
+    sf.set("k", "old", ttl=60, stale_ttl=600)
+    sf.invalidate("k")
+    rebuild = Rebuilds(lambda n: "from before the write", delay=0.5)
+    worker = threading.Thread(target=lambda: sf.get_or_rebuild("k", rebuild, ttl=60, stale_ttl=600))
+    worker.start()
+    assert rebuild.started.wait(10)
+    if write == "set":
+        sf.set("k", "written", ttl=60)
+    else:
+        getattr(sf, write)("k")
+    worker.join(30)
+    entry = sf.get("k")
+    expected = {"set": "written", "delete": None, "invalidate": "old"}[write]
+    assert (entry.value if entry else None) == expected
+
+
+def test_watchdog_renews_the_lease_of_a_long_rebuild(make_driver: Any) -> None:
+    first, second = make_driver(lease_ttl=0.3), make_driver(lease_ttl=0.3)
+    rebuild = Rebuilds(delay=1.5)  # five lease lifetimes
+    worker = threading.Thread(target=lambda: first.get_or_rebuild("k", rebuild, ttl=60))
+    worker.start()
+    assert rebuild.started.wait(10)
+    assert second.get_or_rebuild("k", rebuild, ttl=60, wait_timeout=30) == "v1"
+    worker.join(30)
+    assert rebuild.count == 1
+
+
+def test_lease_renewal_stops_at_max_lease_time(make_driver: Any) -> None:
+    events: list[Event] = []
+    first = make_driver(lease_ttl=0.2, max_lease_time=0.3, on_event=events.append)
+    second = make_driver(lease_ttl=0.2)
+    rebuild = Rebuilds(delay=1.5)
+    worker = threading.Thread(target=lambda: first.get_or_rebuild("k", rebuild, ttl=60))
+    worker.start()
+    assert rebuild.started.wait(10)
+    assert second.get_or_rebuild("k", Rebuilds(lambda n: "taken over"), ttl=60, wait_timeout=30) == "taken over"
+    worker.join(30)
+    assert second.get("k").value == "taken over"  # the capped holder's commit was fenced off
+    assert EventKind.COMMIT_REJECTED in {event.kind for event in events}
+
+
+def test_holder_is_told_when_its_lease_is_lost(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    events: list[Event] = []
+    sf = make_driver(lease_ttl=0.3, on_event=events.append)
+    rebuild = Rebuilds(lambda n: "late", delay=1.0)
+    worker = threading.Thread(target=lambda: sf.get_or_rebuild("k", rebuild, ttl=60))
+    worker.start()
+    assert rebuild.started.wait(10)
+    client.set(keys("k").lease, "someone else", px=60_000)  # taken over meanwhile
+    worker.join(30)
+    kinds = {event.kind for event in events}
+    assert {EventKind.LEASE_LOST, EventKind.COMMIT_REJECTED} <= kinds
+    assert sf.get("k") is None
+
+
+@pytest.mark.parametrize("policy", ["raise", "rebuild"])
+def test_wait_timeout_policy(make_driver: Any, client: redis.Redis, keys: KeySpace, policy: str) -> None:
+    sf = make_driver(on_wait_timeout=policy)
+    client.set(keys("k").lease, "a stuck holder", px=60_000)
+    if policy == "raise":
+        with pytest.raises(WaitTimeoutError, match="'k'"):
+            sf.get_or_rebuild("k", Rebuilds(), ttl=60, wait_timeout=0.3)
+        return
+    assert sf.get_or_rebuild("k", Rebuilds(), ttl=60, wait_timeout=0.3) == "v1"
+    assert sf.get("k") is None  # written only if nobody holds a lease: the holder may be newer
+
+
+def test_value_and_lease_share_a_cluster_slot() -> None:
+    space = KeySpace("ns")
+    for key in ["user:42", "{tagged}x", "a}b", "}leading", "}", b"\xff\x00", "ü"]:
+        names = space(key)
+        assert key_slot(names.value) == key_slot(names.lease), key
+    assert space("}a").value != space("}b").value
+
+
+@pytest.mark.parametrize(
+    "foreign",
+    [
+        b"not an envelope",
+        MAGIC,  # truncated header
+        b"\xa7S\x02" + b"\x00" * 40,  # a future format version
+        encode(JsonSerializer(), [1], fresh_until=9e9, created_at=0, duration=0),  # another codec
+        HEADER.pack(MAGIC, PickleSerializer.codec_id, 9e9, 0, 0) + b"\x80\x05truncated",
+    ],
+)
+def test_foreign_or_corrupt_data_is_a_miss(
+    make_driver: Any, client: redis.Redis, keys: KeySpace, foreign: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    sf = make_driver()
+    client.set(keys("k").value, foreign)
+    with caplog.at_level(logging.WARNING, logger="stampede"):
+        assert sf.get("k") is None
+        assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
+    assert "unreadable data" in caplog.text
+    assert sf.get("k").value == "v1"
+
+
+def test_non_string_redis_type_is_a_miss(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    sf = make_driver()
+    client.rpush(keys("k").value, "a", "b")
+    assert sf.get("k") is None
+    assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
+    assert sf.get("k").value == "v1"
+
+
+def test_json_serializer(make_driver: Any) -> None:
+    sf = make_driver(serializer=JsonSerializer())
+    assert sf.get_or_rebuild("k", lambda: {"a": [1, None]}, ttl=60) == {"a": [1, None]}
+    with pytest.raises(SerializationError, match="'k2'"):
+        sf.set("k2", {1, 2}, ttl=60)
+
+
+def test_unserializable_rebuilt_value_is_a_clear_error(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    sf = make_driver()
+    with pytest.raises(SerializationError, match="'k'"):
+        sf.get_or_rebuild("k", lambda: threading.Lock(), ttl=60)
+    assert client.exists(keys("k").lease) == 0
+
+
+def test_events_reach_the_hook_and_a_failing_hook_breaks_nothing(make_driver: Any) -> None:
+    events: list[Event] = []
+
+    def hook(event: Event) -> None:
+        events.append(event)
+        raise RuntimeError("observer bug")
+
+    sf = make_driver(on_event=hook)
+    sf.get_or_rebuild("k", Rebuilds(), ttl=60)
+    sf.get_or_rebuild("k", Rebuilds(), ttl=60)
+    kinds = [event.kind for event in events]
+    assert kinds == [EventKind.MISS, EventKind.LEASE_WON, EventKind.REBUILD, EventKind.HIT]
+    assert events[2].duration is not None and events[2].duration >= 0
+    assert {event.key for event in events} == {"k"}
+
+
+def test_bytes_and_str_keys(make_driver: Any) -> None:
+    sf = make_driver()
+    assert sf.get_or_rebuild(b"k\xff", lambda: 1, ttl=60) == 1
+    assert sf.get_or_rebuild("ключ", lambda: 2, ttl=60) == 2
+    assert sf.get(b"k\xff").value == 1

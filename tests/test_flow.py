@@ -1,0 +1,312 @@
+"""The algorithm itself, driven by hand: no Redis, no real clock.
+
+Each test scripts what Redis "answers" to the operations the flow yields
+and checks the operations it asked for and what the caller gets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Generator
+from typing import Any
+
+import pytest
+
+from stampede import EventKind, PickleSerializer, RedisUnavailableError, SerializationError, WaitTimeoutError
+from stampede._envelope import Entry, decode, encode
+from stampede._flow import Acquire, Acquired, Commit, Flow, Lookup, Op, Rebuild, Rebuilt, Release, Wait
+from stampede._keys import KeySpace
+from stampede._options import Options
+from tests.fakes import FakeClock
+
+SERIALIZER = PickleSerializer()
+
+
+def make_flow(clock: FakeClock, events: list[EventKind], **options: Any) -> Flow:
+    keys = KeySpace("ns")("k")
+
+    def decode_or_none(raw: bytes | None) -> Entry | None:
+        return None if raw is None else decode(SERIALIZER, raw)
+
+    return Flow(
+        keys,
+        Options(**options),
+        SERIALIZER,
+        decode_or_none,
+        clock,
+        lambda kind, **_: events.append(kind),
+    )
+
+
+def drive(flow: Generator[Op, Any, Any], answer: Callable[[Op], Any]) -> tuple[Any, list[Op]]:
+    """Run ``flow`` to the end; ``answer`` plays Redis (it may raise)."""
+    ops: list[Op] = []
+    reply: Any = None
+    failure: BaseException | None = None
+    while True:
+        try:
+            op = flow.throw(failure) if failure else flow.send(reply)
+        except StopIteration as stop:
+            return stop.value, ops
+        ops.append(op)
+        reply, failure = None, None
+        try:
+            reply = answer(op)
+        except BaseException as exc:
+            failure = exc
+
+
+def stored(value: Any, clock: FakeClock, *, fresh_for: float) -> bytes:
+    now = clock.time()
+    return encode(SERIALIZER, value, fresh_until=now + fresh_for, created_at=now, duration=0.2)
+
+
+def entry(value: Any, clock: FakeClock, *, fresh_for: float) -> Entry:
+    return decode(SERIALIZER, stored(value, clock, fresh_for=fresh_for))
+
+
+def redis_that(*, won: bool = True, current: bytes | None = None, rebuilt: Any = "new", committed: bool = True,
+               waited: bytes | None = None) -> Callable[[Op], Any]:
+    def answer(op: Op) -> Any:
+        if isinstance(op, Acquire):
+            return Acquired(won, current, 1500)
+        if isinstance(op, Rebuild):
+            if isinstance(rebuilt, BaseException):
+                return Rebuilt(None, rebuilt, 0.1)
+            return Rebuilt(rebuilt, None, 0.1)
+        if isinstance(op, Commit):
+            return committed
+        if isinstance(op, Wait):
+            return waited
+        return None
+
+    return answer
+
+
+def kinds(ops: list[Op]) -> list[type]:
+    return [type(op) for op in ops]
+
+
+def test_stale_value_is_served_to_a_caller_that_loses_the_lease() -> None:
+    clock, events = FakeClock(), []
+    old = entry("old", clock, fresh_for=-5)
+    value, ops = drive(make_flow(clock, events).run(Lookup(old)), redis_that(won=False))
+    assert value == "old"
+    assert kinds(ops) == [Acquire]
+    assert EventKind.STALE_HIT in events
+
+
+def test_lease_winner_rebuilds_and_commits_under_its_token() -> None:
+    clock, events = FakeClock(), []
+    old = entry("old", clock, fresh_for=-5)
+    value, ops = drive(make_flow(clock, events, ttl=60, stale_ttl=30).run(Lookup(old)), redis_that())
+    assert value == "new"
+    assert kinds(ops) == [Acquire, Rebuild, Commit]
+    acquire, rebuild, commit = ops
+    assert isinstance(acquire, Acquire) and isinstance(rebuild, Rebuild) and isinstance(commit, Commit)
+    assert rebuild.token == acquire.token == commit.token
+    assert len(acquire.token) == 32  # 128 random bits in hex
+    written = decode(SERIALIZER, commit.data)
+    assert written.value == "new"
+    assert written.fresh_until == clock.time() + 60
+    assert written.duration == pytest.approx(0.1)
+
+
+def test_every_acquisition_gets_a_new_token() -> None:
+    clock = FakeClock()
+    tokens = set()
+    for _ in range(50):
+        _, ops = drive(make_flow(clock, []).run(Lookup(None)), redis_that())
+        tokens.add(ops[0].token)  # type: ignore[union-attr]
+    assert len(tokens) == 50
+
+
+def test_missing_value_waits_for_the_holder_and_returns_what_landed() -> None:
+    clock, events = FakeClock(), []
+    landed = stored("theirs", clock, fresh_for=60)
+    value, ops = drive(make_flow(clock, events).run(Lookup(None)), redis_that(won=False, waited=landed))
+    assert value == "theirs"
+    assert kinds(ops) == [Acquire, Wait]
+    assert ops[1].lease_pttl == 1500  # type: ignore[union-attr]
+    assert EventKind.WAIT in events
+
+
+def test_waiter_takes_over_when_the_lease_is_freed_without_a_value() -> None:
+    clock = FakeClock()
+    answers = iter([Acquired(False, None, 800), None, Acquired(True, None)])
+
+    def answer(op: Op) -> Any:
+        if isinstance(op, Rebuild):
+            return Rebuilt("mine", None, 0.1)
+        if isinstance(op, Commit):
+            return True
+        return next(answers)
+
+    value, ops = drive(make_flow(clock, []).run(Lookup(None)), answer)
+    assert value == "mine"
+    assert kinds(ops) == [Acquire, Wait, Acquire, Rebuild, Commit]
+
+
+@pytest.mark.parametrize("policy", ["raise", "rebuild"])
+def test_wait_timeout_policy(policy: str) -> None:
+    clock, events = FakeClock(), []
+
+    def answer(op: Op) -> Any:
+        if isinstance(op, Wait):
+            clock.advance(op.timeout)  # nobody committed
+            return None
+        return redis_that(won=False)(op)
+
+    flow = make_flow(clock, events, wait_timeout=3, on_wait_timeout=policy).run(Lookup(None))
+    if policy == "raise":
+        with pytest.raises(WaitTimeoutError, match="'k'") as caught:
+            drive(flow, answer)
+        assert caught.value.wait_timeout == 3
+        return
+    value, ops = drive(flow, answer)
+    assert value == "new"
+    assert kinds(ops) == [Acquire, Wait, Rebuild, Commit]
+    assert ops[2].token is None and ops[3].token is None  # type: ignore[union-attr]
+    assert EventKind.WAIT_TIMEOUT in events
+
+
+def test_rebuild_error_reaches_the_caller_unchanged_and_frees_the_lease() -> None:
+    clock, events = FakeClock(), []
+    boom = KeyError("db down")
+    with pytest.raises(KeyError) as caught:
+        drive(make_flow(clock, events).run(Lookup(None)), redis_that(rebuilt=boom))
+    assert caught.value is boom
+    assert EventKind.REBUILD_ERROR in events
+
+
+def test_rebuild_error_releases_before_raising() -> None:
+    clock = FakeClock()
+    seen: list[Op] = []
+
+    def answer(op: Op) -> Any:
+        seen.append(op)
+        return redis_that(rebuilt=ValueError("x"))(op)
+
+    with pytest.raises(ValueError, match="x"):
+        drive(make_flow(clock, []).run(Lookup(None)), answer)
+    assert kinds(seen) == [Acquire, Rebuild, Release]
+    assert seen[2].token == seen[0].token  # type: ignore[union-attr]
+
+
+def test_rebuild_error_with_a_stale_value_serves_it() -> None:
+    clock, events = FakeClock(), []
+    old = entry("old", clock, fresh_for=-5)
+    value, ops = drive(make_flow(clock, events).run(Lookup(old)), redis_that(rebuilt=RuntimeError("x")))
+    assert value == "old"
+    assert kinds(ops) == [Acquire, Rebuild, Release]
+
+
+def test_cancelled_rebuild_frees_the_lease_and_is_not_reported_as_an_error() -> None:
+    clock, events = FakeClock(), []
+    with pytest.raises(asyncio.CancelledError):
+        drive(make_flow(clock, events).run(Lookup(None)), redis_that(rebuilt=asyncio.CancelledError()))
+    assert EventKind.REBUILD_ERROR not in events
+
+
+def test_value_that_landed_before_the_lease_is_served_without_rebuilding() -> None:
+    clock = FakeClock()
+    landed = stored("theirs", clock, fresh_for=60)
+    value, ops = drive(make_flow(clock, []).run(Lookup(None)), redis_that(current=landed))
+    assert value == "theirs"
+    assert kinds(ops) == [Acquire, Release]
+
+
+def test_stale_refresh_skips_rebuild_when_someone_refreshed_first() -> None:
+    clock = FakeClock()
+    old = entry("old", clock, fresh_for=-5)
+    clock.advance(1)
+    newer = stored("newer", clock, fresh_for=60)
+    value, ops = drive(make_flow(clock, []).run(Lookup(old)), redis_that(current=newer))
+    assert value == "newer"
+    assert kinds(ops) == [Acquire, Release]
+
+
+def test_rejected_commit_still_returns_the_rebuilt_value() -> None:
+    clock, events = FakeClock(), []
+    value, _ = drive(make_flow(clock, events).run(Lookup(None)), redis_that(committed=False))
+    assert value == "new"
+    assert EventKind.COMMIT_REJECTED in events
+
+
+def test_unserializable_value_frees_the_lease_and_names_the_key() -> None:
+    clock = FakeClock()
+    seen: list[Op] = []
+
+    def answer(op: Op) -> Any:
+        seen.append(op)
+        return redis_that(rebuilt=lambda: None)(op)  # lambdas do not pickle
+
+    with pytest.raises(SerializationError, match="'k'"):
+        drive(make_flow(clock, []).run(Lookup(None)), answer)
+    assert kinds(seen) == [Acquire, Rebuild, Release]
+
+
+def unavailable(op: Op) -> Any:
+    if isinstance(op, Rebuild):
+        return Rebuilt("direct", None, 0.1)
+    raise RedisUnavailableError("connection refused")
+
+
+def test_redis_down_raises_by_default() -> None:
+    with pytest.raises(RedisUnavailableError):
+        drive(make_flow(FakeClock(), []).run(Lookup(None)), unavailable)
+
+
+def test_redis_down_with_fail_open_rebuilds_directly() -> None:
+    events: list[EventKind] = []
+    value, ops = drive(make_flow(FakeClock(), events, fail_open=True).run(Lookup(None)), unavailable)
+    assert value == "direct"
+    assert kinds(ops) == [Acquire, Rebuild]
+    assert ops[1].token is None  # type: ignore[union-attr]
+    assert EventKind.FAIL_OPEN in events
+
+
+def test_redis_down_on_the_first_read_with_fail_open_rebuilds_directly() -> None:
+    lookup = Lookup(None, error=RedisUnavailableError("refused"))
+    value, ops = drive(make_flow(FakeClock(), [], fail_open=True).run(lookup), unavailable)
+    assert value == "direct"
+    assert kinds(ops) == [Rebuild]
+
+
+def test_redis_down_with_a_stale_value_in_hand_serves_it() -> None:
+    clock = FakeClock()
+    old = entry("old", clock, fresh_for=-5)
+    value, ops = drive(make_flow(clock, []).run(Lookup(old)), unavailable)
+    assert value == "old"
+    assert kinds(ops) == [Acquire]
+
+
+def test_commit_failure_still_returns_the_rebuilt_value() -> None:
+    def answer(op: Op) -> Any:
+        if isinstance(op, Commit):
+            raise RedisUnavailableError("gone")
+        return redis_that()(op)
+
+    value, _ = drive(make_flow(FakeClock(), []).run(Lookup(None)), answer)
+    assert value == "new"
+
+
+def test_ttl_none_writes_a_value_that_never_goes_stale() -> None:
+    value, ops = drive(make_flow(FakeClock(), [], ttl=None).run(Lookup(None)), redis_that())
+    written = decode(SERIALIZER, ops[-1].data)  # type: ignore[union-attr]
+    assert written.fresh_until == float("inf")
+    assert not written.wants_early_refresh(1e12, beta=100.0)
+
+
+def test_xfetch_refreshes_early_more_often_near_expiry() -> None:
+    clock = FakeClock()
+    item = entry("v", clock, fresh_for=10)  # rebuild took 0.2 s
+
+    def rate(seconds_before_expiry: float) -> float:
+        now = item.fresh_until - seconds_before_expiry
+        return sum(item.wants_early_refresh(now, beta=1.0) for _ in range(4000)) / 4000
+
+    assert rate(5.0) == 0.0  # 25 rebuild durations away: practically never
+    assert 0.1 < rate(0.2) < 0.6  # one duration away: e^-1 of the time
+    assert rate(0.001) > 0.9
+    assert not item.wants_early_refresh(item.fresh_until - 0.001, beta=None)
