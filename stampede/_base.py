@@ -81,6 +81,7 @@ class StampedeBase:
         if on_event is not None and not callable(on_event):
             raise ConfigurationError(f"on_event must be callable, got {on_event!r}")
         self._client = client
+        self._owns_client = False  # set by from_url(), whose client close() closes
         self._scripts = {name: client.register_script(getattr(_scripts, name.upper())) for name in _SCRIPTS}
         self._keys = KeySpace(namespace)
         self.options = base

@@ -25,7 +25,9 @@ def configure(instance: Stampede | None) -> None:
     if instance is not None and not isinstance(instance, Stampede):
         raise ConfigurationError(f"configure() takes a stampede.Stampede, got {instance!r}")
     with _lock:
-        _default = instance
+        previous, _default = _default, instance
+    if previous is not None and previous is not instance:
+        previous.close()  # closes its client only if it made it (from a URL)
 
 
 def default() -> Stampede:

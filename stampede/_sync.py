@@ -116,7 +116,9 @@ class Stampede(StampedeBase):
             socket_connect_timeout=socket_connect_timeout,
             health_check_interval=30,
         )
-        return cls(client, **kwargs)
+        instance = cls(client, **kwargs)
+        instance._owns_client = True
+        return instance
 
     # --- the main entry point -----------------------------------------------
 
@@ -383,8 +385,11 @@ class Stampede(StampedeBase):
         return decorate
 
     def close(self) -> None:
-        """Wait for background refreshes to finish and stop their threads."""
+        """Wait for background refreshes to finish and stop their threads; close
+        the client too if :meth:`from_url` created it."""
         with self._executor_lock:
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+        if self._owns_client:
+            self._client.close()

@@ -62,7 +62,9 @@ class Stampede(StampedeBase):
             socket_connect_timeout=socket_connect_timeout,
             health_check_interval=30,
         )
-        return cls(client, **kwargs)
+        instance = cls(client, **kwargs)
+        instance._owns_client = True
+        return instance
 
     async def get_or_rebuild(
         self,
@@ -321,6 +323,9 @@ class Stampede(StampedeBase):
         return decorate
 
     async def aclose(self) -> None:
-        """Wait for background refreshes to finish."""
+        """Wait for background refreshes to finish; close the client too if
+        :meth:`from_url` created it."""
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._owns_client:
+            await self._client.aclose()

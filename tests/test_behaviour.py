@@ -28,16 +28,20 @@ def test_miss_rebuilds_once_then_hits(make_driver: Any) -> None:
 def test_fresh_hit_is_a_single_get(make_driver: Any, server: Any) -> None:
     sf = make_driver(server.url)
     sf.get_or_rebuild("k", Rebuilds(), ttl=60)
-    admin = redis.Redis.from_url(server.url)
-    admin.config_resetstat()
-    for _ in range(5):
-        assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
-    stats = admin.info("commandstats")
-    sent = {name: stat["calls"] for name, stat in stats.items() if name not in ("cmdstat_info", "cmdstat_config")}
+    with redis.Redis.from_url(server.url) as admin:
+        admin.config_resetstat()
+        for _ in range(5):
+            assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
+        stats = admin.info("commandstats")
+    sent = {
+        name: stat["calls"] for name, stat in stats.items() if name not in ("cmdstat_info", "cmdstat_config")
+    }
     assert sent == {"cmdstat_get": 5}
 
 
-def test_stored_with_hard_expiry_of_ttl_plus_stale_ttl(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+def test_stored_with_hard_expiry_of_ttl_plus_stale_ttl(
+    make_driver: Any, client: redis.Redis, keys: KeySpace
+) -> None:
     sf = make_driver()
     sf.get_or_rebuild("k", Rebuilds(), ttl=60, stale_ttl=600)
     assert 659_000 < client.pttl(keys("k").value) <= 660_000
@@ -88,7 +92,9 @@ def test_background_refresh_serves_stale_to_every_caller(make_driver: Any) -> No
     sf.set("hot", "old", ttl=60, stale_ttl=600)
     sf.invalidate("hot")
     rebuild = Rebuilds(lambda n: "new", delay=0.2)
-    results = run_threads(16, lambda: sf.get_or_rebuild("hot", rebuild, ttl=60, stale_ttl=600, background=True))
+    results = run_threads(
+        16, lambda: sf.get_or_rebuild("hot", rebuild, ttl=60, stale_ttl=600, background=True)
+    )
     assert results == ["old"] * 16
     wait_until(lambda: sf.get("hot").value == "new")
     assert rebuild.count == 1
@@ -150,7 +156,9 @@ def test_set_get_delete(make_driver: Any) -> None:
     assert sf.get("k") is None
 
 
-def test_invalidate_keeps_the_value_servable_as_stale(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+def test_invalidate_keeps_the_value_servable_as_stale(
+    make_driver: Any, client: redis.Redis, keys: KeySpace
+) -> None:
     sf = make_driver()
     assert sf.invalidate("k") is False
     assert client.exists(keys("k").value) == 0  # nothing created
@@ -203,7 +211,9 @@ def test_lease_renewal_stops_at_max_lease_time(make_driver: Any) -> None:
     worker = threading.Thread(target=lambda: first.get_or_rebuild("k", rebuild, ttl=60))
     worker.start()
     assert rebuild.started.wait(10)
-    assert second.get_or_rebuild("k", Rebuilds(lambda n: "taken over"), ttl=60, wait_timeout=30) == "taken over"
+    assert (
+        second.get_or_rebuild("k", Rebuilds(lambda n: "taken over"), ttl=60, wait_timeout=30) == "taken over"
+    )
     worker.join(30)
     assert second.get("k").value == "taken over"  # the capped holder's commit was fenced off
     assert EventKind.COMMIT_REJECTED in {event.kind for event in events}
@@ -280,7 +290,9 @@ def test_json_serializer(make_driver: Any) -> None:
         sf.set("k2", {1, 2}, ttl=60)
 
 
-def test_unserializable_rebuilt_value_is_a_clear_error(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+def test_unserializable_rebuilt_value_is_a_clear_error(
+    make_driver: Any, client: redis.Redis, keys: KeySpace
+) -> None:
     sf = make_driver()
     with pytest.raises(SerializationError, match="'k'"):
         sf.get_or_rebuild("k", lambda: threading.Lock(), ttl=60)
@@ -299,7 +311,8 @@ def test_events_reach_the_hook_and_a_failing_hook_breaks_nothing(make_driver: An
     sf.get_or_rebuild("k", Rebuilds(), ttl=60)
     kinds = [event.kind for event in events]
     assert kinds == [EventKind.MISS, EventKind.LEASE_WON, EventKind.REBUILD, EventKind.HIT]
-    assert events[2].duration is not None and events[2].duration >= 0
+    assert events[2].duration is not None
+    assert events[2].duration >= 0
     assert {event.key for event in events} == {"k"}
 
 

@@ -65,8 +65,14 @@ def entry(value: Any, clock: FakeClock, *, fresh_for: float) -> Entry:
     return decode(SERIALIZER, stored(value, clock, fresh_for=fresh_for))
 
 
-def redis_that(*, won: bool = True, current: bytes | None = None, rebuilt: Any = "new", committed: bool = True,
-               waited: bytes | None = None) -> Callable[[Op], Any]:
+def redis_that(
+    *,
+    won: bool = True,
+    current: bytes | None = None,
+    rebuilt: Any = "new",
+    committed: bool = True,
+    waited: bytes | None = None,
+) -> Callable[[Op], Any]:
     def answer(op: Op) -> Any:
         if isinstance(op, Acquire):
             return Acquired(won, current, 1500)
@@ -103,7 +109,9 @@ def test_lease_winner_rebuilds_and_commits_under_its_token() -> None:
     assert value == "new"
     assert kinds(ops) == [Acquire, Rebuild, Commit]
     acquire, rebuild, commit = ops
-    assert isinstance(acquire, Acquire) and isinstance(rebuild, Rebuild) and isinstance(commit, Commit)
+    assert isinstance(acquire, Acquire)
+    assert isinstance(rebuild, Rebuild)
+    assert isinstance(commit, Commit)
     assert rebuild.token == acquire.token == commit.token
     assert len(acquire.token) == 32  # 128 random bits in hex
     written = decode(SERIALIZER, commit.data)
@@ -166,7 +174,8 @@ def test_wait_timeout_policy(policy: str) -> None:
     value, ops = drive(flow, answer)
     assert value == "new"
     assert kinds(ops) == [Acquire, Wait, Rebuild, Commit]
-    assert ops[2].token is None and ops[3].token is None  # type: ignore[union-attr]
+    assert ops[2].token is None
+    assert ops[3].token is None
     assert EventKind.WAIT_TIMEOUT in events
 
 

@@ -1,0 +1,141 @@
+"""What only the asyncio driver can get wrong: cancellation and the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio
+
+import stampede.asyncio
+from stampede._keys import KeySpace
+
+
+@pytest.fixture
+async def aclient(redis_url: str) -> AsyncIterator[redis.asyncio.Redis]:
+    client = redis.asyncio.Redis.from_url(redis_url, socket_timeout=5)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def asf(aclient: redis.asyncio.Redis, namespace: str) -> stampede.asyncio.Stampede:
+    return stampede.asyncio.Stampede(aclient, namespace=namespace)
+
+
+async def eventually(condition: object, timeout: float = 10) -> None:
+    async def poll() -> None:
+        while not await condition():  # type: ignore[operator]
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+async def test_many_tasks_one_rebuild(asf: stampede.asyncio.Stampede) -> None:
+    calls = 0
+
+    async def rebuild() -> str:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.2)
+        return "v"
+
+    assert await asyncio.gather(*[asf.get_or_rebuild("k", rebuild, ttl=60) for _ in range(50)]) == ["v"] * 50
+    assert calls == 1
+
+
+async def test_sync_rebuild_runs_off_the_event_loop(asf: stampede.asyncio.Stampede) -> None:
+    loop_thread = threading.current_thread()
+    ran_in: list[threading.Thread] = []
+
+    def rebuild() -> str:
+        ran_in.append(threading.current_thread())
+        return "v"
+
+    assert await asf.get_or_rebuild("k", rebuild, ttl=60) == "v"
+    assert ran_in
+    assert ran_in[0] is not loop_thread
+
+
+async def test_cancelled_leader_frees_the_lease_and_does_not_poison_followers(
+    asf: stampede.asyncio.Stampede, aclient: redis.asyncio.Redis, namespace: str
+) -> None:
+    started = asyncio.Event()
+    calls = 0
+
+    async def rebuild() -> str:
+        nonlocal calls
+        calls += 1
+        started.set()
+        await asyncio.sleep(0.3 if calls > 1 else 30)
+        return f"v{calls}"
+
+    lease = KeySpace(namespace)("k").lease
+    leader = asyncio.create_task(asf.get_or_rebuild("k", rebuild, ttl=60, lease_ttl=30))
+    await started.wait()
+    token = await aclient.get(lease)
+    assert token is not None
+    followers = [asyncio.create_task(asf.get_or_rebuild("k", rebuild, ttl=60)) for _ in range(5)]
+    await asyncio.sleep(0.05)
+    leader.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await leader
+    # Released before the cancellation surfaced, not left for its 30 s TTL
+    # (a follower may already hold a new lease).
+    assert await aclient.get(lease) != token
+    assert await asyncio.gather(*followers) == ["v2"] * 5
+    assert calls == 2
+    assert await aclient.exists(lease) == 0
+
+
+async def test_cancelled_waiter_leaves_nothing_behind(
+    redis_url: str, asf: stampede.asyncio.Stampede, aclient: redis.asyncio.Redis, namespace: str
+) -> None:
+    other = stampede.asyncio.Stampede.from_url(redis_url, namespace=namespace)
+    started = asyncio.Event()
+
+    async def slow() -> str:
+        started.set()
+        await asyncio.sleep(0.5)
+        return "v"
+
+    holder = asyncio.create_task(other.get_or_rebuild("k", slow, ttl=60))
+    await started.wait()
+    waiter = asyncio.create_task(asf.get_or_rebuild("k", slow, ttl=60, wait_timeout=30))
+    channel = KeySpace(namespace)("k").channel
+
+    async def subscribed() -> bool:
+        return bool((await aclient.pubsub_numsub(channel))[0][1])
+
+    await eventually(subscribed)
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+
+    async def unsubscribed() -> bool:
+        return not await subscribed()
+
+    await eventually(unsubscribed)
+    assert await holder == "v"
+    assert await asf.get_or_rebuild("k", slow, ttl=60) == "v"
+    await other.aclose()
+
+
+async def test_background_refresh_runs_as_a_task(asf: stampede.asyncio.Stampede) -> None:
+    await asf.set("k", "old", ttl=60, stale_ttl=600)
+    await asf.invalidate("k")
+
+    async def rebuild() -> str:
+        await asyncio.sleep(0.1)
+        return "new"
+
+    served = await asyncio.gather(
+        *[asf.get_or_rebuild("k", rebuild, ttl=60, stale_ttl=600, background=True) for _ in range(10)]
+    )
+    assert served == ["old"] * 10
+    await asf.aclose()  # waits for the refresh
+    entry = await asf.get("k")
+    assert entry is not None
+    assert entry.value == "new"

@@ -1,0 +1,121 @@
+"""Bad input gets a clear error naming the argument, key or setting."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import redis
+
+import stampede
+from stampede import ConfigurationError, Options, StampedeError
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("ttl", 0, "ttl must be greater than 0"),
+        ("ttl", -1, "ttl must be greater than 0"),
+        ("ttl", math.nan, "ttl must be finite"),
+        ("ttl", math.inf, "ttl must be finite"),
+        ("ttl", True, "ttl must be a number"),
+        ("ttl", "60", "ttl must be a number"),
+        ("stale_ttl", -1, "stale_ttl must be 0 or more"),
+        ("stale_ttl", None, "stale_ttl must be a number"),
+        ("lease_ttl", 0, "lease_ttl must be greater than 0"),
+        ("lease_ttl", 0.001, "lease_ttl must be at least 0.01"),
+        ("wait_timeout", -0.5, "wait_timeout must be 0 or more"),
+        ("beta", 0, "beta must be greater than 0"),
+        ("background", 1, "background must be True or False"),
+    ],
+)
+def test_bad_call_options_name_the_argument(
+    sf: stampede.Stampede, option: str, value: Any, message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message) as caught:
+        sf.get_or_rebuild("k", lambda: 1, **{option: value})
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, StampedeError)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"ttl": -5}, "ttl must be greater than 0"),
+        ({"on_wait_timeout": "wait"}, "on_wait_timeout must be 'rebuild' or 'raise'"),
+        ({"fail_open": "yes"}, "fail_open must be True or False"),
+        ({"max_lease_time": 0}, "max_lease_time must be greater than 0"),
+        ({"tll": 5}, "unknown option.*tll"),
+        ({"namespace": "a{b"}, "namespace must not contain"),
+        ({"namespace": ""}, "namespace must be a non-empty str"),
+        ({"serializer": object()}, "serializer must have codec_id"),
+        ({"on_event": 42}, "on_event must be callable"),
+        ({"background_workers": 0}, "background_workers must be an int"),
+    ],
+)
+def test_bad_instance_options_name_the_setting(
+    client: redis.Redis, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        stampede.Stampede(client, **options)
+
+
+def test_unknown_per_call_option_is_rejected(sf: stampede.Stampede) -> None:
+    with pytest.raises(TypeError, match="fail_open"):
+        sf.get_or_rebuild("k", lambda: 1, fail_open=True)  # type: ignore[call-arg]
+    with pytest.raises(ConfigurationError, match="unknown option.*fail_open"):
+        Options().merged({"fail_open": True})
+
+
+@pytest.mark.parametrize(
+    ("key", "message"),
+    [
+        (42, "key must be str or bytes, got int"),
+        (None, "key must be str or bytes, got NoneType"),
+        ("", "key must not be empty"),
+        ("x" * 70_000, "key is 70000 bytes long"),
+    ],
+)
+def test_bad_keys_are_named(sf: stampede.Stampede, key: Any, message: str) -> None:
+    for call in (
+        lambda: sf.get_or_rebuild(key, lambda: 1),
+        lambda: sf.get(key),
+        lambda: sf.set(key, 1),
+        lambda: sf.delete(key),
+        lambda: sf.invalidate(key),
+    ):
+        with pytest.raises(ConfigurationError, match=message):
+            call()
+
+
+def test_rebuild_must_be_callable(sf: stampede.Stampede) -> None:
+    with pytest.raises(ConfigurationError, match="rebuild must be callable"):
+        sf.get_or_rebuild("k", 42)  # type: ignore[arg-type]
+
+
+def test_a_client_that_decodes_responses_is_refused(redis_url: str) -> None:
+    with pytest.raises(ConfigurationError, match="decode_responses"):
+        stampede.Stampede(redis.Redis.from_url(redis_url, decode_responses=True))
+
+
+def test_not_a_redis_client_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="redis-py client"):
+        stampede.Stampede("redis://localhost")
+
+
+def test_unserializable_value_in_set_names_the_key(sf: stampede.Stampede) -> None:
+    with pytest.raises(stampede.SerializationError, match="'k'") as caught:
+        sf.set("k", lambda: 1)
+    assert caught.value.key == "k"
+
+
+def test_options_are_frozen_and_normalised() -> None:
+    options = Options(ttl=60, stale_ttl=5)
+    assert options.ttl == 60.0
+    assert isinstance(options.ttl, float)
+    assert options.expire_ms == 65_000
+    with pytest.raises(AttributeError):
+        options.ttl = 5  # type: ignore[misc]
+    assert Options(ttl=None).expire_ms is None
+    assert options.merged({}) is options
