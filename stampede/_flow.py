@@ -122,11 +122,13 @@ class Release:
 class Wait:
     """Wait until a value lands, the lease is freed, or ``timeout`` passes.
 
-    Result: the value key's raw bytes, or ``None``.
+    A value equal to ``unusable`` (bytes the flow already found unreadable)
+    has not landed. Result: the value key's raw bytes, or ``None``.
     """
 
     timeout: float
     lease_pttl: int
+    unusable: bytes | None = None
 
 
 Op = Acquire | Rebuild | Commit | Release | Wait
@@ -267,6 +269,7 @@ class Flow:
         self.emit(EventKind.MISS)
         clock = self.clock
         deadline = clock.monotonic() + self.options.wait_timeout
+        unusable: bytes | None = None
         while True:
             token = new_token()
             acquired: Acquired = yield Acquire(token)
@@ -282,11 +285,12 @@ class Flow:
             remaining = deadline - clock.monotonic()
             if remaining > 0:
                 started = clock.monotonic()
-                raw = yield Wait(remaining, acquired.lease_pttl)
+                raw = yield Wait(remaining, acquired.lease_pttl, unusable)
                 self.emit(EventKind.WAIT, duration=clock.monotonic() - started)
                 landed = self.decode(raw)
                 if landed is not None:
                     return landed.value, None
+                unusable = raw  # foreign bytes: wait for them to change, do not spin
                 if clock.monotonic() < deadline:
                     continue  # the lease was freed without a value: try to take it
             try:

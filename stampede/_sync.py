@@ -293,8 +293,10 @@ class Stampede(StampedeBase):
                 pttl = op.lease_pttl
                 while True:
                     raw, pttl = self._scripts["probe"](keys=[keys.value, keys.lease])
-                    if raw is not None or pttl == -2:
+                    if raw is not None and raw != op.unusable:
                         return raw  # type: ignore[no-any-return]
+                    if pttl == -2:
+                        return None  # freed without a (new) value: the caller may take over
                     remaining = deadline - self._clock.monotonic()
                     if remaining <= 0:
                         return None

@@ -321,3 +321,21 @@ def test_bytes_and_str_keys(make_driver: Any) -> None:
     assert sf.get_or_rebuild(b"k\xff", lambda: 1, ttl=60) == 1
     assert sf.get_or_rebuild("ключ", lambda: 2, ttl=60) == 2
     assert sf.get(b"k\xff").value == 1
+
+
+def test_waiter_does_not_spin_on_unreadable_data(make_driver: Any, server: Any) -> None:
+    # Foreign bytes under the key while another caller rebuilds: the waiter
+    # must wait for the rebuild, not probe in a loop.
+    holder, waiter = make_driver(server.url), make_driver(server.url)
+    with redis.Redis.from_url(server.url) as admin:
+        admin.set(KeySpace(holder.namespace)("k").value, b"garbage")
+        rebuild = Rebuilds(delay=1.0)
+        worker = threading.Thread(target=lambda: holder.get_or_rebuild("k", rebuild, ttl=60))
+        worker.start()
+        assert rebuild.started.wait(10)
+        admin.config_resetstat()
+        assert waiter.get_or_rebuild("k", rebuild, ttl=60, wait_timeout=30) == "v1"
+        scripts = admin.info("commandstats").get("cmdstat_evalsha", {"calls": 0})["calls"]
+        worker.join(30)
+    assert rebuild.count == 1
+    assert scripts < 20  # a handful of acquires and probes, not a busy loop
