@@ -115,7 +115,7 @@ def _collect(
             raise WorkerError(f"worker {report.index} failed:\n{report.error}")
         if len(report.records) != phases:
             raise WorkerError(f"worker {report.index} reported {len(report.records)} of {phases} phases")
-        for total, record in zip(merged, report.records):
+        for total, record in zip(merged, report.records, strict=True):
             total.absorb(record)
         pending -= 1
     return merged

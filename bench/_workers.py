@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from types import FrameType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import redis
 
@@ -45,8 +45,8 @@ class Phase:
 
     ``duration`` 0 means one request per caller (a cold key); otherwise each
     caller loops for ``duration`` seconds, pausing ``think`` seconds between
-    requests. Each rebuild INCRs ``counter_key`` and RPUSHes its wall-clock
-    start time onto ``log_key``, so rebuilds are counted across processes.
+    requests. Each rebuild INCRs ``counter_key`` (so rebuilds are counted in
+    Redis, across processes), then sleeps ``rebuild_seconds``.
     """
 
     mode: Mode
@@ -61,23 +61,31 @@ class Phase:
     def counter_key(self) -> str:
         return f"{self.key}:rebuilds"
 
-    @property
-    def log_key(self) -> str:
-        return f"{self.key}:rebuild-log"
-
 
 @dataclass
 class PhaseRecord:
-    """What the callers saw in one phase: request latencies (seconds), how late
-    each caller sent its first request after the agreed start, and errors."""
+    """What happened in one phase. Times are in seconds; offsets are wall-clock
+    seconds after the phase's agreed start time, comparable across processes.
+
+    Attributes:
+        latencies: of each request that returned a value.
+        ends: offset at which each of those requests returned.
+        start_delays: per caller, how late it sent its first request.
+        rebuilds: (start, end) offsets of each rebuild that ran.
+        errors: one line per request that raised.
+    """
 
     latencies: list[float] = field(default_factory=list)
+    ends: list[float] = field(default_factory=list)
     start_delays: list[float] = field(default_factory=list)
+    rebuilds: list[tuple[float, float]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
     def absorb(self, other: PhaseRecord) -> None:
         self.latencies.extend(other.latencies)
+        self.ends.extend(other.ends)
         self.start_delays.extend(other.start_delays)
+        self.rebuilds.extend(other.rebuilds)
         self.errors.extend(other.errors)
 
 
@@ -99,19 +107,22 @@ def barrier_timeout(phases: Sequence[Phase]) -> float:
 # --- one request -------------------------------------------------------------
 
 
-def _rebuild(client: redis.Redis, phase: Phase) -> dict[str, Any]:
-    """The expensive rebuild: counted in Redis (across processes), then slow."""
-    pipe = client.pipeline(transaction=False)
-    pipe.incr(phase.counter_key)
-    pipe.rpush(phase.log_key, repr(time.time()))
-    pipe.execute()
+def _rebuild(client: redis.Redis, phase: Phase, rebuilds: list[tuple[float, float]], start_at: float) -> Any:
+    """The expensive rebuild: counted in Redis (across processes), then slow.
+
+    Appends its (start, end) offsets to ``rebuilds``; it may run in a caller
+    thread or in one of stampede's background threads (``list.append`` is atomic).
+    """
+    started = time.time()
+    client.incr(phase.counter_key)
     time.sleep(phase.rebuild_seconds)
+    rebuilds.append((started - start_at, time.time() - start_at))
     return make_value()
 
 
 def _naive_get(client: redis.Redis, phase: Phase, rebuild: Callable[[], Any]) -> Any:
     """Cache-aside as most code writes it: no lock, every miss rebuilds."""
-    raw = client.get(phase.key)
+    raw = cast("bytes | None", client.get(phase.key))
     if raw is not None:
         return pickle.loads(raw)
     value = rebuild()
@@ -119,8 +130,10 @@ def _naive_get(client: redis.Redis, phase: Phase, rebuild: Callable[[], Any]) ->
     return value
 
 
-def _requester(phase: Phase, client: redis.Redis, sf: stampede.Stampede) -> Callable[[], Any]:
-    rebuild = functools.partial(_rebuild, client, phase)
+def _requester(
+    phase: Phase, client: redis.Redis, sf: stampede.Stampede, record: PhaseRecord, start_at: float
+) -> Callable[[], Any]:
+    rebuild = functools.partial(_rebuild, client, phase, record.rebuilds, start_at)
     if phase.mode == "naive":
         return functools.partial(_naive_get, client, phase, rebuild)
     return functools.partial(
@@ -136,8 +149,9 @@ def _requester(phase: Phase, client: redis.Redis, sf: stampede.Stampede) -> Call
 # --- one caller thread -------------------------------------------------------
 
 
-def _run_phase(phase: Phase, request: Callable[[], Any], start_at: float) -> PhaseRecord:
+def _run_phase(phase: Phase, client: redis.Redis, sf: stampede.Stampede, start_at: float) -> PhaseRecord:
     record = PhaseRecord()
+    request = _requester(phase, client, sf, record, start_at)
     delay = start_at - time.time()
     if delay > 0:
         time.sleep(delay)
@@ -151,6 +165,7 @@ def _run_phase(phase: Phase, request: Callable[[], Any], start_at: float) -> Pha
             record.errors.append(f"{type(exc).__name__}: {exc}")
         else:
             record.latencies.append(time.perf_counter() - started)
+            record.ends.append(time.time() - start_at)
         if time.time() >= deadline:
             return record
         if phase.think:
@@ -171,7 +186,7 @@ def _caller(
         for index, phase in enumerate(phases):
             barrier.wait(timeout)  # ready: every caller is done with the previous phase
             barrier.wait(timeout)  # go: the parent prepared the key and set the start time
-            records.append(_run_phase(phase, _requester(phase, client, sf), start_times[index]))
+            records.append(_run_phase(phase, client, sf, start_times[index]))
     except threading.BrokenBarrierError:
         return  # someone else failed or gave up; they report why
     except BaseException:
@@ -183,13 +198,15 @@ def _caller(
 
 
 def _warm_pool(client: redis.Redis, size: int) -> None:
-    """Open ``size`` connections now, so that no measured request pays for a TCP connect."""
+    """Open ``size`` connections now, so that no measured request pays for a TCP connect.
+
+    The pool connects (and checks) every connection it hands out.
+    """
     pool = client.connection_pool
-    connections = [pool.get_connection() for _ in range(size)]
+    connections = []
     try:
-        for connection in connections:
-            connection.send_command("PING")
-            connection.read_response()
+        for _ in range(size):
+            connections.append(pool.get_connection())
     finally:
         for connection in connections:
             pool.release(connection)
@@ -232,12 +249,15 @@ def worker_main(
             caller.start()
         for caller in callers:
             caller.join()
+        sf.close()  # let background refreshes finish: they add to the records
         if failures:
             reports.put(WorkerReport(index, error=failures[0]))
             return
         merged = [PhaseRecord() for _ in phases]
         for records in per_thread:
-            for total, record in zip(merged, records):
+            # A caller that stopped early at a broken barrier has fewer records;
+            # the parent has given up on this run then anyway.
+            for total, record in zip(merged, records, strict=False):
                 total.absorb(record)
         reports.put(WorkerReport(index, records=merged))
     except Exception:

@@ -43,21 +43,32 @@ class _Trial:
     def slowest(self) -> float:
         return max(self.record.latencies, default=float("nan"))
 
+    @property
+    def rebuild_started(self) -> float:
+        """Seconds after the agreed start at which the first rebuild began."""
+        return min((start for start, _ in self.record.rebuilds), default=float("nan"))
+
+    @property
+    def served_after_rebuild(self) -> float:
+        """Seconds between the end of the last rebuild and the last caller getting its value."""
+        last_rebuild = max((end for _, end in self.record.rebuilds), default=float("nan"))
+        return max(self.record.ends, default=float("nan")) - last_rebuild
+
 
 def run(url: str, *, run_id: str, trials: int, processes: int, threads: int) -> Section:
     prefix = f"{key_prefix(run_id)}cold:"
     # One short, unreported trial per approach first: loads the Lua scripts into
     # the server and runs every code path once in every worker.
-    warmups = [
-        Phase(mode, f"{prefix}warmup:{mode}", ttl=TTL, rebuild_seconds=0.05) for mode in _APPROACHES
+    warmups = [Phase(mode, f"{prefix}warmup:{mode}", ttl=TTL, rebuild_seconds=0.05) for mode in _APPROACHES]
+    measured = [
+        Phase(mode, f"{prefix}{mode}:{trial}", ttl=TTL) for trial in range(trials) for mode in _APPROACHES
     ]
-    measured = [Phase(mode, f"{prefix}{mode}:{trial}", ttl=TTL) for trial in range(trials) for mode in _APPROACHES]
     records = run_phases(url, [*warmups, *measured], processes=processes, threads=threads)[len(warmups) :]
 
     client = redis.Redis.from_url(url, socket_timeout=10.0)
     try:
         results: dict[Mode, list[_Trial]] = {mode: [] for mode in _APPROACHES}
-        for phase, record in zip(measured, records):
+        for phase, record in zip(measured, records, strict=True):
             results[phase.mode].append(_Trial(int(client.get(phase.counter_key) or 0), record))
     finally:
         client.close()
@@ -69,7 +80,7 @@ def run(url: str, *, run_id: str, trials: int, processes: int, threads: int) -> 
         title=f"2. Cold key, {callers} concurrent callers ({processes} processes x {threads} threads)",
         intro=(
             f"A key nobody has built yet; all {callers} callers ask for it at the same instant; the "
-            f"rebuild INCRs a Redis counter and sleeps {millis(REBUILD_SECONDS)}. {trials} trials per "
+            f"rebuild INCRs a Redis counter and sleeps {millis(REBUILD_SECONDS)}. {trials} trial(s) per "
             "approach on fresh keys, alternating approaches; latency is per caller, from its call "
             "to its return."
         ),
@@ -79,7 +90,7 @@ def run(url: str, *, run_id: str, trials: int, processes: int, threads: int) -> 
                 "rebuilds per trial",
                 "caller p50 (median trial)",
                 "slowest caller (median / worst trial)",
-                f"slowest − {millis(REBUILD_SECONDS)} (worst)",
+                f"slowest minus the {millis(REBUILD_SECONDS)} rebuild (worst)",
                 "errors",
             ],
             rows=rows,
@@ -87,6 +98,7 @@ def run(url: str, *, run_id: str, trials: int, processes: int, threads: int) -> 
         ),
         notes=[
             *_verdict(results["stampede"], callers),
+            _timeline(results["stampede"]),
             f"Every caller sent its request within {millis(start_spread)} of the agreed start time.",
         ],
     )
@@ -102,6 +114,18 @@ def _row(label: str, trials: Sequence[_Trial]) -> list[str]:
         millis(max(slowest) - REBUILD_SECONDS),
         str(sum(len(t.record.errors) for t in trials)),
     ]
+
+
+def _timeline(trials: Sequence[_Trial]) -> str:
+    started = [t.rebuild_started for t in trials]
+    served = [t.served_after_rebuild for t in trials]
+    return (
+        "Where stampede's extra time goes (median / worst trial): its rebuild began "
+        f"{millis(median(started))} / {millis(max(started))} after the agreed start (a GET, the miss "
+        f"and the lease, with all {len(trials[0].record.start_delays)} callers starting at once), and "
+        f"the last caller had its value {millis(median(served))} / {millis(max(served))} after the "
+        "rebuild ended."
+    )
 
 
 def _verdict(trials: Sequence[_Trial], callers: int) -> list[str]:

@@ -33,7 +33,9 @@ class Table:
     def __post_init__(self) -> None:
         for row in self.rows:
             if len(row) != len(self.headers):
-                raise ValueError(f"row {row!r} has {len(row)} cells, the table has {len(self.headers)} columns")
+                raise ValueError(
+                    f"row {row!r} has {len(row)} cells, the table has {len(self.headers)} columns"
+                )
 
 
 @dataclass(frozen=True)
@@ -56,11 +58,13 @@ def render_table(table: Table) -> str:
     def line(row: Sequence[str]) -> str:
         padded = (
             cell.rjust(width) if side == "r" else cell.ljust(width)
-            for cell, width, side in zip(row, widths, align)
+            for cell, width, side in zip(row, widths, align, strict=True)
         )
         return "| " + " | ".join(padded) + " |"
 
-    rule = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align))
+    rule = "|" + "|".join(
+        ("-" * (w + 1) + ":") if a == "r" else ("-" * (w + 2)) for w, a in zip(widths, align, strict=True)
+    )
     return "\n".join([line(table.headers), rule + "|", *(line(row) for row in table.rows)])
 
 
