@@ -49,6 +49,9 @@ def _check_client(client: object) -> None:
         )
 
 
+_CALL_FIELDS = ("ttl", "stale_ttl", "lease_ttl", "wait_timeout", "background", "beta")
+_ALL_UNSET = (UNSET,) * len(_CALL_FIELDS)
+
 _SCRIPTS = ("acquire", "commit", "release", "extend", "probe", "write", "invalidate")
 
 
@@ -85,6 +88,7 @@ class StampedeBase:
         self._scripts = {name: client.register_script(getattr(_scripts, name.upper())) for name in _SCRIPTS}
         self._keys = KeySpace(namespace)
         self.options = base
+        self._merged: dict[tuple[Any, ...], Options] = {}
         self.serializer = serializer
         self._on_event = on_event
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -104,9 +108,33 @@ class StampedeBase:
 
     # --- options, keys, events ---------------------------------------------
 
-    def _call_options(self, **overrides: Any) -> Options:
-        given = {name: value for name, value in overrides.items() if value is not UNSET}
-        return self.options.merged(given) if given else self.options
+    def _call_options(
+        self,
+        ttl: Any = UNSET,
+        stale_ttl: Any = UNSET,
+        lease_ttl: Any = UNSET,
+        wait_timeout: Any = UNSET,
+        background: Any = UNSET,
+        beta: Any = UNSET,
+    ) -> Options:
+        """This instance's options with a call's overrides; memoised, as it is on the hit path."""
+        values = (ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
+        if values == _ALL_UNSET:
+            return self.options
+        # Types belong in the key: True == 1 and hashes alike, and ttl=True
+        # must never be served the options validated for ttl=1.
+        signature = (*values, *map(type, values))
+        try:
+            return self._merged[signature]
+        except (KeyError, TypeError):  # TypeError: unhashable, hence invalid; merged() says why
+            pass
+        merged = self.options.merged(
+            {name: value for name, value in zip(_CALL_FIELDS, values, strict=True) if value is not UNSET}
+        )
+        if len(self._merged) >= 256:
+            self._merged.clear()
+        self._merged[signature] = merged
+        return merged
 
     def _emit(self, keys: Keys, kind: EventKind, **details: Any) -> None:
         hook = self._on_event
@@ -139,16 +167,16 @@ class StampedeBase:
             self._emit(keys, EventKind.CORRUPT)
             return None
 
-    def _classify(self, keys: Keys, raw: bytes | None, options: Options) -> Lookup:
-        entry = self._decode(keys, raw)
-        if entry is None:
-            return Lookup(None)
+    def _is_hit(self, keys: Keys, entry: Entry, options: Options) -> bool:
+        """Whether ``entry`` is served as it is: fresh, and not drawn for early refresh."""
         now = self._clock.time()
-        if now < entry.fresh_until and not entry.wants_early_refresh(now, options.beta):
+        if now < entry.fresh_until and (
+            options.beta is None or not entry.wants_early_refresh(now, options.beta)
+        ):
             if self._on_event is not None:
                 self._emit(keys, EventKind.HIT)
-            return Lookup(entry, fresh=True)
-        return Lookup(entry)
+            return True
+        return False
 
     def _read_failed(self, keys: Keys, exc: redis.exceptions.RedisError) -> Lookup:
         """The first GET raised: foreign data is a miss, anything else a Redis failure."""

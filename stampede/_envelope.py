@@ -20,8 +20,7 @@ import math
 import random
 import struct
 import time
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._serializers import Serializer
 
@@ -31,10 +30,10 @@ MAGIC = b"\xa7S\x01"  # magic and format version: what a reader checks first
 HEADER = struct.Struct("<3sBddf")
 FRESH_UNTIL_OFFSET = 4
 FOREVER = math.inf
+_COPY_BELOW = 16 * 1024
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
+class Entry(NamedTuple):
     """A decoded value with its metadata.
 
     Attributes:
@@ -93,8 +92,10 @@ def decode(serializer: Serializer, raw: bytes) -> Entry:
         raise CorruptEntryError(
             f"written by serializer codec {codec_id}, this one reads codec " f"{serializer.codec_id}"
         )
+    # A memoryview avoids copying a large payload; a small one is quicker to copy.
+    payload = raw[HEADER.size :] if len(raw) < _COPY_BELOW else memoryview(raw)[HEADER.size :]
     try:
-        value = serializer.loads(memoryview(raw)[HEADER.size :])
+        value = serializer.loads(payload)
     except Exception as exc:
         raise CorruptEntryError(f"payload does not decode: {exc!r}") from exc
     return Entry(value, fresh_until, created_at, duration)

@@ -15,7 +15,7 @@ import random
 import secrets
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ._envelope import Entry, encode
 from ._events import EventKind, logger
@@ -150,16 +150,14 @@ def renew_interval(lease_ttl: float) -> float:
     return lease_ttl / 3
 
 
-@dataclass(frozen=True, slots=True)
-class Lookup:
+class Lookup(NamedTuple):
     """What the first read of a key found.
 
-    ``entry`` is a readable value (fresh, due for early refresh, or stale);
-    ``error`` a failed read. ``fresh`` means serve ``entry`` and stop.
+    ``entry`` is a readable value (due for early refresh, or stale);
+    ``error`` a failed read.
     """
 
     entry: Entry | None
-    fresh: bool = False
     error: RedisUnavailableError | None = None
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 
 from ._exceptions import ConfigurationError
 
@@ -12,18 +11,30 @@ __all__ = ["KeySpace", "Keys"]
 _MAX_KEY_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True, slots=True)
 class Keys:
     """The Redis names used for one cache key.
 
     ``value`` and ``lease`` share a ``{hash tag}``, so the scripts that
-    touch both run on Redis Cluster.
+    touch both run on Redis Cluster. Built on every call, so only the value
+    key is made up front: a hit needs nothing else.
     """
 
-    name: str
-    value: bytes
-    lease: bytes
-    channel: bytes
+    __slots__ = ("name", "value")
+
+    def __init__(self, name: str, value: bytes) -> None:
+        self.name = name  # the key as the caller gave it, for messages and events
+        self.value = value
+
+    @property
+    def lease(self) -> bytes:
+        return self.value + b":lease"
+
+    @property
+    def channel(self) -> bytes:
+        return self.value + b":ch"
+
+    def __repr__(self) -> str:
+        return f"Keys({self.name!r}, {self.value!r})"
 
 
 class KeySpace:
@@ -59,4 +70,4 @@ class KeySpace:
             value = self._prefix + b"#" + digest + b"}" + raw
         else:
             value = self._prefix + raw + b"}"
-        return Keys(name, value, value + b":lease", value + b":ch")
+        return Keys(name, value)

@@ -79,14 +79,7 @@ class Stampede(StampedeBase):
         beta: float | None = UNSET,
     ) -> T:
         """See :meth:`stampede.Stampede.get_or_rebuild`."""
-        options = self._call_options(
-            ttl=ttl,
-            stale_ttl=stale_ttl,
-            lease_ttl=lease_ttl,
-            wait_timeout=wait_timeout,
-            background=background,
-            beta=beta,
-        )
+        options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         keys = self._keys(key)
@@ -95,9 +88,10 @@ class Stampede(StampedeBase):
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
         else:
-            lookup = self._classify(keys, raw, options)
-            if lookup.fresh and lookup.entry is not None:
-                return cast(T, lookup.entry.value)
+            entry = self._decode(keys, raw)
+            if entry is not None and self._is_hit(keys, entry, options):
+                return cast(T, entry.value)
+            lookup = Lookup(entry)
         return await self._single_flight(keys, options, lookup, rebuild)  # type: ignore[no-any-return]
 
     async def _single_flight(

@@ -119,3 +119,15 @@ def test_options_are_frozen_and_normalised() -> None:
         options.ttl = 5  # type: ignore[misc]
     assert Options(ttl=None).expire_ms is None
     assert options.merged({}) is options
+
+
+def test_memoised_call_options_still_reject_what_equals_a_valid_value(sf: stampede.Stampede) -> None:
+    # True == 1 and hash(True) == hash(1): a memo keyed on values alone
+    # would let ttl=True through once ttl=1 had been validated.
+    assert sf.get_or_rebuild("k", lambda: "v", ttl=1, background=False) == "v"
+    with pytest.raises(ConfigurationError, match="ttl must be a number"):
+        sf.get_or_rebuild("k", lambda: "v", ttl=True, background=False)
+    with pytest.raises(ConfigurationError, match="background must be True or False"):
+        sf.get_or_rebuild("k", lambda: "v", ttl=1, background=0)
+    with pytest.raises(ConfigurationError, match="ttl must be a number"):
+        sf.get_or_rebuild("k", lambda: "v", ttl=[1])
