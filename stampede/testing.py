@@ -90,6 +90,9 @@ class RedisServer:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
+            # Its own session: a Ctrl-C meant for the caller must not kill
+            # Redis before the caller's cleanup has used it.
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
