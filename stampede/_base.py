@@ -239,7 +239,7 @@ class StampedeBase:
         if isinstance(op, Acquire):
             return "acquire", [op.token, options.lease_ms]
         if isinstance(op, Commit):
-            return "commit", [op.token or "", op.data, options.expire_ms or 0, keys.channel]
+            return "commit", [op.token, op.data, options.expire_ms or 0, keys.channel]
         return "release", [op.token, keys.channel]
 
     @staticmethod

@@ -9,7 +9,8 @@ and waits. Used by both drivers; only the event type differs (a
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = ["Flight", "Flights"]
@@ -25,12 +26,13 @@ E = TypeVar("E", bound=_Settable)
 class Flight(Generic[E]):
     """One leader's work on one key, and its outcome once ``done`` is set."""
 
-    __slots__ = ("done", "error", "value")
+    __slots__ = ("_traceback", "done", "error", "value")
 
     def __init__(self, done: E) -> None:
         self.done = done
         self.value: Any = None
         self.error: BaseException | None = None
+        self._traceback: TracebackType | None = None
 
     @property
     def abandoned(self) -> bool:
@@ -41,19 +43,22 @@ class Flight(Generic[E]):
     def outcome(self) -> Any:
         """The leader's value, or its exception raised here."""
         if self.error is not None:
-            raise self.error
+            # Every follower raises the same object: start from the leader's
+            # traceback each time, or each raise would grow it further.
+            raise self.error.with_traceback(self._traceback)
         return self.value
 
 
 class Flights(Generic[E]):
-    """The flights under way in this process, by Redis key."""
+    """The flights under way in this process, by key: a value key, or a
+    value key and a phase (the fallback rebuild after a wait timeout)."""
 
     def __init__(self, new_event: Callable[[], E]) -> None:
         self._new_event = new_event
         self._lock = threading.Lock()
-        self._flights: dict[bytes, Flight[E]] = {}
+        self._flights: dict[Hashable, Flight[E]] = {}
 
-    def join(self, key: bytes) -> tuple[Flight[E], bool]:
+    def join(self, key: Hashable) -> tuple[Flight[E], bool]:
         """The flight for ``key``, and whether the caller leads it (it is new)."""
         with self._lock:
             flight = self._flights.get(key)
@@ -64,7 +69,7 @@ class Flights(Generic[E]):
 
     def finish(
         self,
-        key: bytes,
+        key: Hashable,
         flight: Flight[E],
         value: Any = None,
         error: BaseException | None = None,
@@ -75,6 +80,7 @@ class Flights(Generic[E]):
                 del self._flights[key]
         flight.value = value
         flight.error = error
+        flight._traceback = error.__traceback__ if error is not None else None
         flight.done.set()
 
     def __len__(self) -> int:

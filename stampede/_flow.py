@@ -101,10 +101,10 @@ class Rebuilt:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """Write ``data`` if ``token`` still holds the lease (or, for ``None``,
-    if nobody holds one), release the lease and wake waiters. Result: bool."""
+    """Write ``data`` if ``token`` still holds the lease, release the lease
+    and wake waiters. Result: whether it was written."""
 
-    token: str | None
+    token: str
     data: bytes
 
 
@@ -231,20 +231,24 @@ class Flow:
         if self.options.on_wait_timeout == "raise":
             raise WaitTimeoutError(self.keys.name, self.options.wait_timeout)
         logger.warning(
-            "waited %gs for the rebuild of %r; rebuilding without the lease",
+            "waited %gs for the rebuild of %r; rebuilding it for this caller only",
             self.options.wait_timeout,
             self.keys.name,
         )
-        value, error = yield from self._rebuild_and_commit(None, None)
-        if error is not None:
-            raise error
-        return value
+        # Not stored: without the lease nothing fences this write, and a
+        # rebuild that read its data before a newer commit (or a set, delete
+        # or invalidate) would overwrite it. The lease holder's commit stores.
+        rebuilt = yield Rebuild(None)
+        self._report(rebuilt)
+        if rebuilt.error is not None:
+            raise rebuilt.error
+        return rebuilt.value
 
     def _refresh(self, entry: Entry) -> Generator[Op, Any, _Outcome]:
         # A stale (or early-refresh) value is in hand: whoever loses the
         # lease race serves it at once.
         token = new_token()
-        acquired: Acquired = yield Acquire(token)
+        acquired = yield from self._acquire(token)
         if not acquired.won:
             if not self.background:
                 fresh = entry.is_fresh(self.clock.time())
@@ -270,7 +274,7 @@ class Flow:
         unusable: bytes | None = None
         while True:
             token = new_token()
-            acquired: Acquired = yield Acquire(token)
+            acquired = yield from self._acquire(token)
             if acquired.won:
                 self.emit(EventKind.LEASE_WON)
                 landed = self.decode(acquired.current)
@@ -297,28 +301,42 @@ class Flow:
                 return None, exc
             return value, None
 
-    def _rebuild_and_commit(self, token: str | None, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
+    def _report(self, rebuilt: Rebuilt) -> None:
+        if rebuilt.lease_lost:
+            logger.warning("lost the lease on %r while rebuilding it", self.keys.name)
+            self.emit(EventKind.LEASE_LOST)
+        if rebuilt.error is None:
+            self.emit(EventKind.REBUILD, duration=rebuilt.duration)
+        elif isinstance(rebuilt.error, Exception):  # not a cancellation or interrupt
+            self.emit(EventKind.REBUILD_ERROR, duration=rebuilt.duration, error=rebuilt.error)
+
+    def _acquire(self, token: str) -> Generator[Op, Any, Acquired]:
+        try:
+            acquired: Acquired = yield Acquire(token)
+        except BaseException:
+            # The lease may have been granted although its reply never came
+            # (a lost connection, a cancelled caller): drop it if it is ours
+            # rather than leave it to block others until it expires.
+            yield Release(token)
+            raise
+        return acquired
+
+    def _rebuild_and_commit(self, token: str, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
         rebuilt: Rebuilt = yield Rebuild(token)
         name = self.keys.name
-        if rebuilt.lease_lost:
-            logger.warning("lost the lease on %r while rebuilding it", name)
-            self.emit(EventKind.LEASE_LOST)
+        self._report(rebuilt)
         if rebuilt.error is not None:
-            if token is not None:
-                yield Release(token)
+            yield Release(token)
             if not isinstance(rebuilt.error, Exception):
                 return None, rebuilt.error  # cancelled or interrupted: nothing to serve
-            self.emit(EventKind.REBUILD_ERROR, duration=rebuilt.duration, error=rebuilt.error)
             if stale is not None:
                 logger.warning("rebuild of %r raised; serving its stale value", name, exc_info=rebuilt.error)
                 return stale.value, None
             return None, rebuilt.error
-        self.emit(EventKind.REBUILD, duration=rebuilt.duration)
         try:
             data = self._encode(rebuilt)
         except SerializationError as exc:
-            if token is not None:
-                yield Release(token)
+            yield Release(token)
             return None, exc
         try:
             committed = yield Commit(token, data)

@@ -37,21 +37,16 @@ return {0, redis.call('PTTL', KEYS[2])}
 """
 )
 
-# The fenced write. ARGV: token ('' = write only if nobody holds a lease),
-# envelope, expire_ms ('0' = never), channel.
+# The fenced write. ARGV: token, envelope, expire_ms ('0' = never), channel.
 # -> 1 written (now or by an earlier run of this same call), 0 rejected.
 COMMIT = (
     _READ_VALUE
     + """
-local held = redis.call('GET', KEYS[2])
-if ARGV[1] == '' then
-  if held then return 0 end
-elseif held == ARGV[1] then
-  redis.call('DEL', KEYS[2])
-else
+if redis.call('GET', KEYS[2]) ~= ARGV[1] then
   if read_value() == ARGV[2] then return 1 end
   return 0
 end
+redis.call('DEL', KEYS[2])
 if ARGV[3] == '0' then
   redis.call('SET', KEYS[1], ARGV[2])
 else

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
@@ -54,9 +54,11 @@ class _Watchdog(threading.Thread):
                 return
 
     def stop(self) -> bool:
-        """Stop renewing; returns whether the lease was lost meanwhile."""
+        """Stop renewing; returns whether the lease was known lost by then."""
         self._stopping.set()
-        self.join()
+        # Bounded: a renewal stuck on a stalled Redis must not hold up the
+        # caller, and it cannot do harm (renewals are owner-checked).
+        self.join(self._interval)
         return self.lost
 
 
@@ -166,18 +168,43 @@ class Stampede(StampedeBase):
             if lookup.entry is not None:
                 return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
             if not flight.done.wait(options.wait_timeout):
-                return self._drive(self._flow(keys, options).after_wait_timeout(), keys, options, rebuild)  # type: ignore[no-any-return]
+                return self._after_wait_timeout(keys, options, rebuild)
             if not flight.abandoned:
                 return flight.outcome()  # type: ignore[no-any-return]
         if options.background and lookup.entry is not None:
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
+        return self._lead(keys.value, flight, self._flow(keys, options).run(lookup), keys, options, rebuild)
+
+    def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Callable[[], T]) -> T:
+        # Callers that gave up on this process's own flight share one
+        # fallback, so a slow rebuild is not joined by one more per thread.
+        fallback_key = (keys.value, "after-wait")
+        while True:
+            flight, leader = self._flights.join(fallback_key)
+            if leader:
+                break
+            flight.done.wait()  # bounded as a rebuild of its own would be
+            if not flight.abandoned:
+                return flight.outcome()  # type: ignore[no-any-return]
+        flow = self._flow(keys, options).after_wait_timeout()
+        return self._lead(fallback_key, flight, flow, keys, options, rebuild)
+
+    def _lead(
+        self,
+        flight_key: Hashable,
+        flight: Flight[threading.Event],
+        flow: Generator[Op, Any, Any],
+        keys: Keys,
+        options: Options,
+        rebuild: Callable[[], T],
+    ) -> T:
         try:
-            value = self._drive(self._flow(keys, options).run(lookup), keys, options, rebuild)
+            value = self._drive(flow, keys, options, rebuild)
         except BaseException as exc:
-            self._flights.finish(keys.value, flight, error=exc)
+            self._flights.finish(flight_key, flight, error=exc)
             raise
-        self._flights.finish(keys.value, flight, value=value)
+        self._flights.finish(flight_key, flight, value=value)
         return value  # type: ignore[no-any-return]
 
     def _refresh_in_background(
@@ -379,6 +406,12 @@ class Stampede(StampedeBase):
             return CachedFunction.attach(wrapper, key_of, self.invalidate, self.delete)
 
         return decorate
+
+    def __enter__(self) -> Stampede:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def close(self) -> None:
         """Wait for background refreshes to finish and stop their threads; close

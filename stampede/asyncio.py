@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable
 from typing import Any, TypeVar, cast
 
 import redis.asyncio
@@ -23,7 +23,7 @@ from ._envelope import Entry
 from ._events import logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._flights import Flight, Flights
-from ._flow import Lookup, Op, Rebuild, Rebuilt, Release, Wait, poll_interval, renew_interval
+from ._flow import Commit, Lookup, Op, Rebuild, Rebuilt, Release, Wait, poll_interval, renew_interval
 from ._keys import Keys
 from ._options import Options
 
@@ -34,11 +34,23 @@ T = TypeVar("T")
 Rebuilder = Callable[[], "Awaitable[T] | T"]
 
 
+class _Detached(BaseException):
+    """Internal: a caller was cancelled while its rebuild runs on in a thread;
+    ``outcome`` completes with that rebuild's :class:`Rebuilt`."""
+
+    def __init__(self, outcome: asyncio.Future[Rebuilt]) -> None:
+        super().__init__()
+        self.outcome = outcome
+
+
 class Stampede(StampedeBase):
     """Stampede-protected caching on a ``redis.asyncio`` client.
 
-    Takes the same arguments as :class:`stampede.Stampede`, except that
-    background refreshes run as tasks of the running event loop.
+    Takes the same arguments as :class:`stampede.Stampede`, except
+    ``background_workers``: background refreshes run as tasks of the running
+    event loop. A caller cancelled while its plain (non-async) rebuild
+    function runs in a thread gets its cancellation at once; the thread's
+    result is still committed under the lease, which is released after it.
     """
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
@@ -106,20 +118,45 @@ class Stampede(StampedeBase):
             try:
                 await asyncio.wait_for(flight.done.wait(), options.wait_timeout)
             except asyncio.TimeoutError:
-                return await self._drive(
-                    self._flow(keys, options).after_wait_timeout(), keys, options, rebuild
-                )
+                return await self._after_wait_timeout(keys, options, rebuild)
             if not flight.abandoned:
                 return flight.outcome()
         if options.background and lookup.entry is not None:
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._serve_follower(keys, lookup.entry)
+        return await self._lead(
+            keys.value, flight, self._flow(keys, options).run(lookup), keys, options, rebuild
+        )
+
+    async def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Rebuilder[Any]) -> Any:
+        # Tasks that gave up on this process's own flight share one fallback,
+        # so a slow rebuild is not joined by one more per task.
+        fallback_key = (keys.value, "after-wait")
+        while True:
+            flight, leader = self._flights.join(fallback_key)
+            if leader:
+                break
+            await flight.done.wait()  # bounded as a rebuild of its own would be
+            if not flight.abandoned:
+                return flight.outcome()
+        flow = self._flow(keys, options).after_wait_timeout()
+        return await self._lead(fallback_key, flight, flow, keys, options, rebuild)
+
+    async def _lead(
+        self,
+        flight_key: Hashable,
+        flight: Flight[asyncio.Event],
+        flow: Generator[Op, Any, Any],
+        keys: Keys,
+        options: Options,
+        rebuild: Rebuilder[Any],
+    ) -> Any:
         try:
-            value = await self._drive(self._flow(keys, options).run(lookup), keys, options, rebuild)
+            value = await self._drive(flow, keys, options, rebuild)
         except BaseException as exc:
-            self._flights.finish(keys.value, flight, error=exc)
+            self._flights.finish(flight_key, flight, error=exc)
             raise
-        self._flights.finish(keys.value, flight, value=value)
+        self._flights.finish(flight_key, flight, value=value)
         return value
 
     def _refresh_in_background(
@@ -143,15 +180,22 @@ class Stampede(StampedeBase):
             else:
                 self._flights.finish(keys.value, flight, value=value)
 
+        self._detach(refresh(), f"stampede-refresh {keys.name}")
+
+    def _detach(self, work: Coroutine[Any, Any, None], name: str) -> None:
         # Keep a reference: the loop holds tasks only weakly.
-        task = asyncio.get_running_loop().create_task(refresh(), name=f"stampede-refresh {keys.name}")
+        task = asyncio.get_running_loop().create_task(work, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
     async def _drive(
-        self, flow: Generator[Op, Any, Any], keys: Keys, options: Options, rebuild: Rebuilder[Any]
+        self,
+        flow: Generator[Op, Any, Any],
+        keys: Keys,
+        options: Options,
+        rebuild: Rebuilder[Any],
+        reply: Any = None,
     ) -> Any:
-        reply: Any = None
         failure: BaseException | None = None
         while True:
             try:
@@ -161,8 +205,26 @@ class Stampede(StampedeBase):
             reply, failure = None, None
             try:
                 reply = await self._execute(op, keys, options, rebuild)
+            except _Detached as detached:
+                # The rest of this flow (commit, release) belongs to the
+                # rebuild still running; the cancelled caller leaves now.
+                self._detach(self._finish_detached(flow, detached, keys, options, rebuild), "stampede-finish")
+                raise asyncio.CancelledError from None
             except BaseException as exc:  # includes cancellation: the flow cleans up
                 failure = exc
+
+    async def _finish_detached(
+        self,
+        flow: Generator[Op, Any, Any],
+        detached: _Detached,
+        keys: Keys,
+        options: Options,
+        rebuild: Rebuilder[Any],
+    ) -> None:
+        try:
+            await self._drive(flow, keys, options, rebuild, await detached.outcome)
+        except Exception as exc:  # nobody is left to receive it
+            logger.warning("rebuild of %r outlived its cancelled caller and failed", keys.name, exc_info=exc)
 
     async def _execute(self, op: Op, keys: Keys, options: Options, rebuild: Rebuilder[Any]) -> Any:
         if isinstance(op, Rebuild):
@@ -177,7 +239,10 @@ class Stampede(StampedeBase):
             except RedisUnavailableError:
                 pass  # logged as an event already; the lease TTL cleans up
             return None
-        return self._op_result(op, await self._script(script, keys, args))
+        call: Awaitable[Any] = self._script(script, keys, args)
+        if isinstance(op, Commit):
+            call = asyncio.shield(call)  # a cancelled caller's value still lands, freeing the lease
+        return self._op_result(op, await call)
 
     async def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         with self._redis_errors(keys, name):
@@ -205,16 +270,23 @@ class Stampede(StampedeBase):
         watchdog = None
         if token is not None:
             watchdog = asyncio.get_running_loop().create_task(self._renew_until_lost(keys, token, options))
+        if inspect.iscoroutinefunction(rebuild):
+            # Cancelling the caller cancels the coroutine; the flow then frees the lease.
+            return await self._run_rebuild(rebuild(), watchdog)
+        outcome = asyncio.ensure_future(self._run_rebuild(self._in_thread(rebuild), watchdog))
+        try:
+            return await asyncio.shield(outcome)
+        except asyncio.CancelledError:
+            # A thread cannot be stopped. Freeing the lease now would let a
+            # second rebuild start beside it; let it finish and commit instead.
+            raise _Detached(outcome) from None
+
+    async def _run_rebuild(self, call: Awaitable[Any], watchdog: asyncio.Task[bool] | None) -> Rebuilt:
         started = self._clock.monotonic()
         value: Any = None
         error: BaseException | None = None
         try:
-            if inspect.iscoroutinefunction(rebuild):
-                value = await rebuild()
-            else:
-                value = await asyncio.to_thread(rebuild)
-                if inspect.isawaitable(value):
-                    value = await value
+            value = await call
         except BaseException as exc:
             error = exc
         duration = self._clock.monotonic() - started
@@ -224,6 +296,13 @@ class Stampede(StampedeBase):
                 lost = watchdog.result()
             watchdog.cancel()
         return Rebuilt(value, error, duration, lost)
+
+    @staticmethod
+    async def _in_thread(rebuild: Rebuilder[Any]) -> Any:
+        value = await asyncio.to_thread(rebuild)
+        if inspect.isawaitable(value):  # a plain callable that returned a coroutine
+            value = await value
+        return value
 
     async def _wait(self, op: Wait, keys: Keys) -> bytes | None:
         deadline = self._clock.monotonic() + op.timeout
@@ -317,6 +396,12 @@ class Stampede(StampedeBase):
             return CachedFunction.attach(wrapper, key_of, self.invalidate, self.delete)
 
         return decorate
+
+    async def __aenter__(self) -> Stampede:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Wait for background refreshes to finish; close the client too if

@@ -57,3 +57,10 @@ def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "condition not reached in time"
         time.sleep(0.01)
+
+
+def traceback_depth(error: BaseException) -> int:
+    depth, tb = 0, error.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    return depth

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -11,6 +12,7 @@ import redis.asyncio
 
 import stampede.asyncio
 from stampede._keys import KeySpace
+from tests.helpers import traceback_depth
 
 
 @pytest.fixture
@@ -139,3 +141,43 @@ async def test_background_refresh_runs_as_a_task(asf: stampede.asyncio.Stampede)
     entry = await asf.get("k")
     assert entry is not None
     assert entry.value == "new"
+
+
+async def test_cancelled_caller_of_a_thread_rebuild_keeps_the_lease_until_it_lands(
+    asf: stampede.asyncio.Stampede, aclient: redis.asyncio.Redis, namespace: str
+) -> None:
+    # A thread cannot be stopped: freeing the lease under it would start a
+    # second rebuild beside it. The caller leaves; the rebuild still lands.
+    calls: list[int] = []
+    running = threading.Event()
+
+    def slow() -> str:
+        calls.append(1)
+        running.set()
+        time.sleep(0.5)
+        return "from the thread"
+
+    lease = KeySpace(namespace)("k").lease
+    caller = asyncio.create_task(asf.get_or_rebuild("k", slow, ttl=60))
+    await asyncio.to_thread(running.wait, 10)
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    assert await aclient.exists(lease) == 1
+    assert await asf.get_or_rebuild("k", slow, ttl=60, wait_timeout=30) == "from the thread"
+    assert calls == [1]
+    await asf.aclose()
+    assert await aclient.exists(lease) == 0
+
+
+async def test_a_shared_error_keeps_the_leaders_traceback(asf: stampede.asyncio.Stampede) -> None:
+    async def failing() -> None:
+        await asyncio.sleep(0.2)
+        raise RuntimeError("down")
+
+    results = await asyncio.gather(
+        *[asf.get_or_rebuild("k", failing, ttl=60) for _ in range(30)], return_exceptions=True
+    )
+    assert len({id(result) for result in results}) == 1
+    assert isinstance(results[0], RuntimeError)
+    assert traceback_depth(results[0]) < 15

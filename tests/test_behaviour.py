@@ -339,3 +339,19 @@ def test_waiter_does_not_spin_on_unreadable_data(make_driver: Any, server: Any) 
         worker.join(30)
     assert rebuild.count == 1
     assert scripts < 20  # a handful of acquires and probes, not a busy loop
+
+
+def test_callers_that_time_out_in_one_process_share_one_fallback_rebuild(make_driver: Any) -> None:
+    holder, waiting = make_driver(), make_driver(on_wait_timeout="rebuild")
+    slow = Rebuilds(lambda n: "holder's", delay=2.0)
+    worker = threading.Thread(target=lambda: holder.get_or_rebuild("k", slow, ttl=60))
+    worker.start()
+    assert slow.started.wait(10)
+    fallback = Rebuilds(lambda n: "fallback", delay=0.3)
+    results = run_threads(12, lambda: waiting.get_or_rebuild("k", fallback, ttl=60, wait_timeout=0.3))
+    worker.join(30)
+    assert set(results) == {"fallback"}
+    # The process's leader falls back once after its own wait, and the callers
+    # that gave up on the leader share a second: not one rebuild per caller.
+    assert fallback.count <= 2
+    assert holder.get("k").value == "holder's"  # the fallbacks were never stored
