@@ -355,3 +355,14 @@ def test_callers_that_time_out_in_one_process_share_one_fallback_rebuild(make_dr
     # that gave up on the leader share a second: not one rebuild per caller.
     assert fallback.count <= 2
     assert holder.get("k").value == "holder's"  # the fallbacks were never stored
+
+
+def test_early_refresh_rebuilds_a_value_that_is_still_fresh(make_driver: Any) -> None:
+    sf = make_driver()
+    rebuild = Rebuilds(delay=0.2)
+    assert sf.get_or_rebuild("k", rebuild, ttl=5) == "v1"
+    assert sf.get_or_rebuild("k", rebuild, ttl=5) == "v1"  # no beta: a plain hit
+    # A 0.2 s rebuild with beta=1000 refreshes minutes ahead of a 5 s expiry.
+    assert sf.get_or_rebuild("k", rebuild, ttl=5, beta=1000.0) == "v2"
+    assert rebuild.count == 2
+    assert sf.get("k").value == "v2"
