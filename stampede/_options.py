@@ -63,8 +63,9 @@ class Options:
             lease, letting another caller take over a rebuild that hangs.
         wait_timeout: seconds a caller waits for another caller's rebuild of
             a missing key before ``on_wait_timeout`` applies.
-        on_wait_timeout: ``"rebuild"`` rebuilds without the lease (its write
-            is kept only if nobody holds a lease by then); ``"raise"`` raises
+        on_wait_timeout: ``"rebuild"`` rebuilds for the waiting caller
+            without the lease and does not store the result (nothing would
+            fence that write); ``"raise"`` raises
             :class:`~stampede.WaitTimeoutError`.
         background: refresh stale values in the background, so that even
             the caller that wins the lease is served the stale value at once.
