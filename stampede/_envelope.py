@@ -5,7 +5,9 @@ One Redis string holds everything a read needs, so a hit is a single GET::
     offset  size  field
     0       2     magic b"\\xa7S"
     2       1     format version (1)
-    3       1     codec id of the serializer that wrote the payload
+    3       1     codec id of the serializer that wrote the payload, or 0:
+                  an int in decimal ASCII (any serializer reads it, and
+                  Lua scripts can increment it in place)
     4       8     fresh_until: wall-clock seconds (float64, little endian)
     12      8     created_at: wall-clock seconds (float64)
     20      4     duration of the rebuild that produced it, seconds (float32)
@@ -24,10 +26,11 @@ from typing import Any, NamedTuple
 
 from ._serializers import Serializer
 
-__all__ = ["FRESH_UNTIL_OFFSET", "HEADER", "MAGIC", "Entry", "decode", "encode"]
+__all__ = ["FRESH_UNTIL_OFFSET", "HEADER", "INT_CODEC", "MAGIC", "CorruptEntryError", "Entry", "decode", "encode"]
 
 MAGIC = b"\xa7S\x01"  # magic and format version: what a reader checks first
 HEADER = struct.Struct("<3sBddf")
+INT_CODEC = 0
 FRESH_UNTIL_OFFSET = 4
 FOREVER = math.inf
 _COPY_BELOW = 16 * 1024
@@ -74,9 +77,11 @@ def encode(
     duration: float,
 ) -> bytes:
     """Serialize ``value`` into an envelope; the serializer's errors propagate."""
-    payload = serializer.dumps(value)
-    header = HEADER.pack(MAGIC, serializer.codec_id, fresh_until, created_at, duration)
-    return header + payload
+    if type(value) is int:  # exactly int: bool and int subclasses go to the serializer
+        codec_id, payload = INT_CODEC, str(value).encode()
+    else:
+        codec_id, payload = serializer.codec_id, serializer.dumps(value)
+    return HEADER.pack(MAGIC, codec_id, fresh_until, created_at, duration) + payload
 
 
 class CorruptEntryError(Exception):
@@ -88,6 +93,11 @@ def decode(serializer: Serializer, raw: bytes) -> Entry:
     if raw[:3] != MAGIC or len(raw) < HEADER.size:
         raise CorruptEntryError("not a stampede envelope of a known format version")
     _, codec_id, fresh_until, created_at, duration = HEADER.unpack_from(raw)
+    if codec_id == INT_CODEC:
+        try:
+            return Entry(int(raw[HEADER.size :]), fresh_until, created_at, duration)
+        except ValueError as exc:
+            raise CorruptEntryError(f"integer payload does not decode: {exc}") from exc
     if codec_id != serializer.codec_id:
         raise CorruptEntryError(
             f"written by serializer codec {codec_id}, this one reads codec " f"{serializer.codec_id}"

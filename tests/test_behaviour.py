@@ -362,7 +362,19 @@ def test_early_refresh_rebuilds_a_value_that_is_still_fresh(make_driver: Any) ->
     rebuild = Rebuilds(delay=0.2)
     assert sf.get_or_rebuild("k", rebuild, ttl=5) == "v1"
     assert sf.get_or_rebuild("k", rebuild, ttl=5) == "v1"  # no beta: a plain hit
-    # A 0.2 s rebuild with beta=1000 refreshes minutes ahead of a 5 s expiry.
-    assert sf.get_or_rebuild("k", rebuild, ttl=5, beta=1000.0) == "v2"
+    # A 0.2 s rebuild with beta=1e9 refreshes far ahead of a 5 s expiry (it
+    # stays fresh only if an exponential draw falls below 2.5e-8).
+    assert sf.get_or_rebuild("k", rebuild, ttl=5, beta=1e9) == "v2"
     assert rebuild.count == 2
     assert sf.get("k").value == "v2"
+
+
+def test_integers_are_stored_as_integers_for_every_serializer(make_driver: Any) -> None:
+    for serializer in (PickleSerializer(), JsonSerializer()):
+        sf = make_driver(serializer=serializer)
+        sf.set("n", 42, ttl=60)
+        assert sf.get("n").value == 42
+        sf.set("flag", True, ttl=60)
+        assert sf.get("flag").value is True  # bools are not ints here
+        sf.set("big", 2**70, ttl=60)
+        assert sf.get("big").value == 2**70
