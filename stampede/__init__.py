@@ -9,6 +9,8 @@ The asyncio twin is :class:`stampede.asyncio.Stampede`.
 
 from __future__ import annotations
 
+from ._base import Lease as Lease
+from ._base import Read as Read
 from ._cached import CachedFunction as CachedFunction
 from ._default import configure as configure
 from ._default import default as default
@@ -38,8 +40,10 @@ __all__ = [
     "EventHook",
     "EventKind",
     "JsonSerializer",
+    "Lease",
     "Options",
     "PickleSerializer",
+    "Read",
     "RedisUnavailableError",
     "SerializationError",
     "Serializer",

@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import dataclasses
+import struct
 import time as _time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import redis.exceptions
 
 from . import _scripts
-from ._envelope import FRESH_UNTIL_OFFSET, MAGIC, CorruptEntryError, Entry, decode, encode
+from ._envelope import FRESH_UNTIL_OFFSET, HEADER, INT_CODEC, MAGIC, CorruptEntryError, Entry, decode, encode
 from ._events import Event, EventHook, EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError, SerializationError
-from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Release
+from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Release
 from ._keys import Keys, KeySpace
 from ._options import Options
 from ._serializers import PickleSerializer, Serializer
 
-__all__ = ["UNSET", "StampedeBase", "SystemClock"]
+__all__ = ["UNSET", "Lease", "Paused", "Read", "StampedeBase", "SystemClock"]
 
 
 class _Unset:
@@ -52,7 +53,53 @@ def _check_client(client: object) -> None:
 _CALL_FIELDS = ("ttl", "stale_ttl", "lease_ttl", "wait_timeout", "background", "beta")
 _ALL_UNSET = (UNSET,) * len(_CALL_FIELDS)
 
-_SCRIPTS = ("acquire", "commit", "release", "extend", "probe", "write", "invalidate")
+_SCRIPTS = ("acquire", "commit", "release", "extend", "probe", "write", "invalidate", "add", "touch", "incr")
+
+
+class Read(NamedTuple):
+    """What :meth:`Stampede.read` found.
+
+    ``found`` tells a stored value (possibly ``None``) from a miss. On a
+    miss, ``lease`` is set when this caller won the right to rebuild: it
+    must pass the value to ``commit(lease, value)`` or give the lease up
+    with ``release(lease)``; otherwise the lease lapses after ``lease_ttl``.
+    """
+
+    found: bool
+    value: Any = None
+    lease: Lease | None = None
+
+
+class Lease:
+    """The right to rebuild one key, handed out by :meth:`Stampede.read`.
+
+    Belongs to the acquisition, not to a thread: pass it to whoever stores
+    the value. Only its holder's ``commit`` stores anything (fenced): a lease
+    that lapsed or was cancelled by ``set``/``delete``/``invalidate`` stores
+    nothing.
+    """
+
+    __slots__ = ("_flow", "_options", "_started", "keys", "token")
+
+    def __init__(self, keys: Keys, token: str, flow: Flow, options: Options, started: float) -> None:
+        self.keys = keys
+        self.token = token
+        self._flow = flow
+        self._options = options
+        self._started = started
+
+    @property
+    def key(self) -> str:
+        return self.keys.name
+
+    def __repr__(self) -> str:
+        return f"<Lease on {self.key!r}>"
+
+
+class Paused(NamedTuple):
+    """Internal: a flow stopped where it asks for a rebuild (see ``read``)."""
+
+    token: str | None
 
 
 class StampedeBase:
@@ -137,23 +184,30 @@ class StampedeBase:
         return merged
 
     def _emit(self, keys: Keys, kind: EventKind, **details: Any) -> None:
+        self._emit_named(keys.name, kind, **details)
+
+    def _emit_named(self, name: str, kind: EventKind, **details: Any) -> None:
         hook = self._on_event
         if hook is None:
             return
         try:
-            hook(Event(kind, keys.name, **details))
+            hook(Event(kind, name, **details))
         except Exception:
             # An observer must never break the cache it observes.
-            logger.exception("on_event hook raised for %s on %r", kind.value, keys.name)
+            logger.exception("on_event hook raised for %s on %r", kind.value, name)
 
     @contextmanager
-    def _redis_errors(self, keys: Keys, action: str) -> Iterator[None]:
-        """Translate redis-py's exceptions into :class:`RedisUnavailableError`, once."""
+    def _redis_errors(self, name: str, action: str) -> Iterator[None]:
+        """Translate redis-py's exceptions into :class:`RedisUnavailableError`, once.
+
+        ``name``: the key concerned, for the message (``""``: several).
+        """
         try:
             yield
         except redis.exceptions.RedisError as exc:
-            self._emit(keys, EventKind.REDIS_ERROR, error=exc)
-            raise RedisUnavailableError(f"Redis failed to {action} for key {keys.name!r}: {exc}") from exc
+            self._emit_named(name, EventKind.REDIS_ERROR, error=exc)
+            where = f" for key {name!r}" if name else ""
+            raise RedisUnavailableError(f"Redis failed to {action}{where}: {exc}") from exc
 
     # --- reading ------------------------------------------------------------
 
@@ -232,6 +286,58 @@ class StampedeBase:
     @staticmethod
     def _invalidate_args() -> list[Any]:
         return [MAGIC, FRESH_UNTIL_OFFSET, b"\x00" * 8]
+
+    def _touch_args(self, options: Options) -> list[Any]:
+        ttl = options.ttl
+        fresh_until = float("inf") if ttl is None else self._clock.time() + ttl
+        return [MAGIC, FRESH_UNTIL_OFFSET, struct.pack("<d", fresh_until), options.expire_ms or 0]
+
+    @staticmethod
+    def _incr_args(delta: int) -> list[Any]:
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise ConfigurationError(f"delta must be an int, got {delta!r}")
+        return [MAGIC + bytes([INT_CODEC]), HEADER.size, delta]
+
+    @staticmethod
+    def _incr_result(keys: Keys, reply: list[Any]) -> int | None:
+        status = int(reply[0])
+        if status == 1:
+            return int(reply[1])
+        if status == 0:
+            return None
+        if status == -1:
+            raise TypeError(f"the value of key {keys.name!r} is not an integer")
+        raise OverflowError(f"incrementing key {keys.name!r} leaves the 64-bit integer range")
+
+    def _items(self, mapping: Mapping[Any, Any]) -> list[tuple[Keys, Any]]:
+        if not isinstance(mapping, Mapping):
+            raise ConfigurationError(f"mapping must be a Mapping of keys to values, got {mapping!r}")
+        return [(self._keys(key), value) for key, value in mapping.items()]
+
+    def _many(self, keys: Iterable[str | bytes]) -> dict[bytes, tuple[str | bytes, Keys]]:
+        named: dict[bytes, tuple[str | bytes, Keys]] = {}
+        for key in keys:
+            names = self._keys(key)
+            named[names.value] = (key, names)
+        return named
+
+    def _found_many(self, named: dict[bytes, tuple[str | bytes, Keys]], raws: list[Any]) -> dict[Any, Any]:
+        found = {}
+        for (key, names), raw in zip(named.values(), raws, strict=True):
+            entry = self._decode(names, raw if isinstance(raw, bytes) else None)
+            if entry is not None:
+                found[key] = entry.value
+        return found
+
+    def _lease_for(self, keys: Keys, options: Options, flow: Flow, paused: Paused) -> Read:
+        if paused.token is None:  # no lease to hand out (fail-open, or gave up waiting)
+            return Read(False)
+        return Read(False, None, Lease(keys, paused.token, flow, options, self._clock.monotonic()))
+
+    def _rebuilt_by_holder(self, lease: Lease, value: Any) -> Rebuilt:
+        if not isinstance(lease, Lease):
+            raise ConfigurationError(f"lease must be a stampede.Lease from read(), got {lease!r}")
+        return Rebuilt(value, None, self._clock.monotonic() - lease._started)
 
     @staticmethod
     def _op_call(op: Acquire | Commit | Release, keys: Keys, options: Options) -> tuple[str, list[Any]]:

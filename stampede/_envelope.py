@@ -26,7 +26,16 @@ from typing import Any, NamedTuple
 
 from ._serializers import Serializer
 
-__all__ = ["FRESH_UNTIL_OFFSET", "HEADER", "INT_CODEC", "MAGIC", "CorruptEntryError", "Entry", "decode", "encode"]
+__all__ = [
+    "FRESH_UNTIL_OFFSET",
+    "HEADER",
+    "INT_CODEC",
+    "MAGIC",
+    "CorruptEntryError",
+    "Entry",
+    "decode",
+    "encode",
+]
 
 MAGIC = b"\xa7S\x01"  # magic and format version: what a reader checks first
 HEADER = struct.Struct("<3sBddf")

@@ -196,6 +196,7 @@ class Flow:
         self.clock = clock
         self.emit = emit
         self.background = background
+        self.committed = False  # set by settle(): whether a rebuilt value was stored
 
     def run(self, lookup: Lookup) -> Generator[Op, Any, Any]:
         """Serve, refresh or rebuild the key; returns the value or raises."""
@@ -323,6 +324,17 @@ class Flow:
 
     def _rebuild_and_commit(self, token: str, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
         rebuilt: Rebuilt = yield Rebuild(token)
+        return (yield from self.settle(token, rebuilt, stale))
+
+    def settle(
+        self, token: str, rebuilt: Rebuilt, stale: Entry | None = None
+    ) -> Generator[Op, Any, _Outcome]:
+        """Store what the lease holder rebuilt (fenced), or free the lease if it failed.
+
+        Returns ``(value, error)`` for the holder's caller; records in
+        :attr:`committed` whether the value was stored. Also what a split
+        lease (``Stampede.read`` then ``commit``) runs when it is committed.
+        """
         name = self.keys.name
         self._report(rebuilt)
         if rebuilt.error is not None:
@@ -339,13 +351,13 @@ class Flow:
             yield Release(token)
             return None, exc
         try:
-            committed = yield Commit(token, data)
+            self.committed = yield Commit(token, data)
         except RedisUnavailableError as exc:
             # The caller asked for a value and has one: failing the call now
             # would throw the rebuild away. The next read rebuilds again.
             logger.warning("could not store the rebuilt %r: %s", name, exc)
             return rebuilt.value, None
-        if not committed:
+        if not self.committed:
             logger.info("rebuilt %r but its lease had passed on; the newer value stays", name)
             self.emit(EventKind.COMMIT_REJECTED)
         return rebuilt.value, None

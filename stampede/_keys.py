@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 from ._exceptions import ConfigurationError
 
@@ -33,6 +34,11 @@ class Keys:
     def channel(self) -> bytes:
         return self.value + b":ch"
 
+    @property
+    def scratch(self) -> bytes:
+        """A key for a script's temporary arithmetic, in the same slot."""
+        return self.value + b":tmp"
+
     def __repr__(self) -> str:
         return f"Keys({self.name!r}, {self.value!r})"
 
@@ -40,7 +46,7 @@ class Keys:
 class KeySpace:
     """Builds :class:`Keys` under a namespace, validating user keys."""
 
-    __slots__ = ("_prefix", "namespace")
+    __slots__ = ("_prefix", "namespace", "pattern")
 
     def __init__(self, namespace: str) -> None:
         if not isinstance(namespace, str) or not namespace:
@@ -50,6 +56,8 @@ class KeySpace:
             raise ConfigurationError(f"namespace must not contain '{{' or '}}': {namespace!r}")
         self.namespace = namespace
         self._prefix = namespace.encode() + b":{"
+        # SCAN pattern for every key under the namespace, glob characters escaped.
+        self.pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", namespace.encode()) + b":*"
 
     def __call__(self, key: str | bytes) -> Keys:
         if isinstance(key, str):

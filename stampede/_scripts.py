@@ -10,7 +10,7 @@ Keys: KEYS[1] is the value, KEYS[2] the lease; both carry the same hash tag.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "COMMIT", "EXTEND", "INVALIDATE", "PROBE", "RELEASE", "WRITE"]
+__all__ = ["ACQUIRE", "ADD", "COMMIT", "EXTEND", "INCR", "INVALIDATE", "PROBE", "RELEASE", "TOUCH", "WRITE"]
 
 # Reads the value, tolerating a key of another type (foreign data: a miss).
 _READ_VALUE = """
@@ -87,12 +87,13 @@ return {read_value(), redis.call('PTTL', KEYS[2])}
 # An unconditional write (``set``, ``delete``): cancels any rebuild in flight
 # by dropping its lease, so a rebuild that started from older data cannot
 # overwrite this write. ARGV: envelope ('' = delete), expire_ms, channel.
+# -> 1 written; for a delete, whether there was a value to delete.
 WRITE = """
 redis.call('DEL', KEYS[2])
 if ARGV[1] == '' then
-  redis.call('DEL', KEYS[1])
+  local deleted = redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], '0')
-  return 1
+  return deleted
 end
 if ARGV[2] == '0' then
   redis.call('SET', KEYS[1], ARGV[1])
@@ -113,4 +114,52 @@ local head = redis.pcall('GETRANGE', KEYS[1], 0, string.len(ARGV[1]) - 1)
 if head ~= ARGV[1] then return 0 end
 redis.call('SETRANGE', KEYS[1], tonumber(ARGV[2]), ARGV[3])
 return 1
+"""
+
+# Write only if the key holds nothing (Django's and Flask-Caching's add).
+# Wakes waiters: a value has landed. ARGV: envelope, expire_ms, channel.
+# -> 1 added, 0 something was there.
+ADD = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if ARGV[2] == '0' then
+  redis.call('SET', KEYS[1], ARGV[1])
+else
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+redis.call('PUBLISH', ARGV[3], '1')
+return 1
+"""
+
+# New expiry for a value in place: fresh_until in the header and the key's
+# TTL. ARGV: magic, offset (0-based), 8 bytes of fresh_until, expire_ms
+# ('0' = never). -> 1 touched, 0 nothing of ours there.
+TOUCH = """
+local head = redis.pcall('GETRANGE', KEYS[1], 0, string.len(ARGV[1]) - 1)
+if head ~= ARGV[1] then return 0 end
+redis.call('SETRANGE', KEYS[1], tonumber(ARGV[2]), ARGV[3])
+if ARGV[4] == '0' then
+  redis.call('PERSIST', KEYS[1])
+else
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+end
+return 1
+"""
+
+# Add delta to an integer value in place, keeping its header and TTL.
+# Lua numbers are doubles, so the arithmetic is Redis's own INCRBY on a
+# scratch key (KEYS[3], same hash tag), read back as text: exact to 64 bits.
+# ARGV: magic followed by the integer codec byte, header size, delta.
+# -> {1, new value as text}; {0} missing; {-1} not an integer; {-2} overflow.
+INCR = """
+local v = redis.pcall('GET', KEYS[1])
+if not v then return {0} end
+if type(v) ~= 'string' or string.sub(v, 1, string.len(ARGV[1])) ~= ARGV[1] then return {-1} end
+local head = tonumber(ARGV[2])
+redis.call('SET', KEYS[3], string.sub(v, head + 1))
+local sum = redis.pcall('INCRBY', KEYS[3], ARGV[3])
+local text = redis.call('GET', KEYS[3])
+redis.call('DEL', KEYS[3])
+if type(sum) == 'table' then return {-2} end
+redis.call('SET', KEYS[1], string.sub(v, 1, head) .. text, 'KEEPTTL')
+return {1, text}
 """

@@ -5,14 +5,14 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Generator, Hashable
+from collections.abc import Callable, Generator, Hashable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 import redis
 import redis.exceptions
 
-from ._base import UNSET, StampedeBase
+from ._base import UNSET, Lease, Paused, Read, StampedeBase
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import logger
@@ -243,23 +243,34 @@ class Stampede(StampedeBase):
     # --- running the flow ---------------------------------------------------
 
     def _drive(
-        self, flow: Generator[Op, Any, Any], keys: Keys, options: Options, rebuild: Callable[[], Any]
+        self,
+        flow: Generator[Op, Any, Any],
+        keys: Keys,
+        options: Options,
+        rebuild: Callable[[], Any] | None,
+        reply: Any = None,
     ) -> Any:
-        reply: Any = None
+        """Run ``flow`` to its end and return its result. Without a
+        ``rebuild`` function, stop where the flow asks for a rebuild and
+        return :class:`Paused` (the caller rebuilds: see :meth:`read`)."""
         failure: BaseException | None = None
         while True:
             try:
                 op = flow.throw(failure) if failure is not None else flow.send(reply)
             except StopIteration as stop:
                 return stop.value
+            if rebuild is None and isinstance(op, Rebuild):
+                flow.close()
+                return Paused(op.token)
             reply, failure = None, None
             try:
                 reply = self._execute(op, keys, options, rebuild)
             except BaseException as exc:
                 failure = exc
 
-    def _execute(self, op: Op, keys: Keys, options: Options, rebuild: Callable[[], Any]) -> Any:
+    def _execute(self, op: Op, keys: Keys, options: Options, rebuild: Callable[[], Any] | None) -> Any:
         if isinstance(op, Rebuild):
+            assert rebuild is not None  # _drive pauses at a Rebuild when there is none
             return self._rebuild(op.token, keys, options, rebuild)
         if isinstance(op, Wait):
             return self._wait(op, keys)
@@ -272,8 +283,8 @@ class Stampede(StampedeBase):
             raise
 
     def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
-        with self._redis_errors(keys, name):
-            return self._scripts[name](keys=[keys.value, keys.lease], args=args)
+        with self._redis_errors(keys.name, name):
+            return self._scripts[name](keys=[keys.value, keys.lease, keys.scratch], args=args)
 
     def _rebuild(
         self, token: str | None, keys: Keys, options: Options, rebuild: Callable[[], Any]
@@ -298,7 +309,7 @@ class Stampede(StampedeBase):
 
     def _wait(self, op: Wait, keys: Keys) -> bytes | None:
         deadline = self._clock.monotonic() + op.timeout
-        with self._redis_errors(keys, "wait for the rebuild"):
+        with self._redis_errors(keys.name, "wait for the rebuild"):
             pubsub = self._client.pubsub()
             try:
                 pubsub.subscribe(keys.channel)
@@ -364,6 +375,146 @@ class Stampede(StampedeBase):
         """
         keys = self._keys(key)
         return bool(self._script("invalidate", keys, self._invalidate_args()))
+
+    # --- a lease handed to the caller ---------------------------------------
+
+    def read(
+        self,
+        key: str | bytes,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        lease_ttl: float = UNSET,
+        wait_timeout: float = UNSET,
+        beta: float | None = UNSET,
+    ) -> Read:
+        """:meth:`get_or_rebuild` for callers that rebuild by themselves.
+
+        For cache APIs where a miss from ``get`` is followed by the caller's
+        own ``set``. Fresh: ``Read(found=True, value)``. Stale: every caller
+        gets the stale value except the one that wins the lease, which gets
+        a miss and the :class:`Lease`. Missing: one caller gets a miss and the
+        lease; the others wait (up to ``wait_timeout``) for its commit. A miss
+        without a lease (after ``wait_timeout``, or fail-open) means: rebuild,
+        but nothing to commit. Unlike :meth:`get_or_rebuild`, callers are not
+        coalesced within the process (the rebuild is out of our hands), and
+        the lease is not renewed: commit within ``lease_ttl``.
+        """
+        options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
+        keys = self._keys(key)
+        try:
+            raw = self._client.get(keys.value)
+        except redis.exceptions.RedisError as exc:
+            lookup = self._read_failed(keys, exc)
+        else:
+            entry = self._decode(keys, raw)
+            if entry is not None and self._is_hit(keys, entry, options):
+                return Read(True, entry.value)
+            lookup = Lookup(entry)
+        flow = self._flow(keys, options)
+        outcome = self._drive(flow.run(lookup), keys, options, None)
+        if isinstance(outcome, Paused):
+            return self._lease_for(keys, options, flow, outcome)
+        return Read(True, outcome)
+
+    def commit(self, lease: Lease, value: Any) -> bool:
+        """Store ``value`` under the lease from :meth:`read`, wake the waiters
+        and free the lease. Returns whether it was stored: ``False`` when the
+        lease had lapsed or been cancelled (a newer write stays)."""
+        rebuilt = self._rebuilt_by_holder(lease, value)
+        flow = lease._flow
+        _, error = self._drive(flow.settle(lease.token, rebuilt), lease.keys, lease._options, None)
+        if error is not None:
+            raise error
+        return flow.committed
+
+    def release(self, lease: Lease) -> None:
+        """Give up a lease from :meth:`read` without storing anything, so that
+        another caller can rebuild at once."""
+        self._rebuilt_by_holder(lease, None)  # validates the argument
+        self._execute(Release(lease.token), lease.keys, lease._options, None)
+
+    # --- the rest of a cache's operations -------------------------------------
+
+    def add(
+        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> bool:
+        """Store ``value`` only if ``key`` holds nothing; returns whether it did."""
+        options = self._call_options(ttl, stale_ttl)
+        keys = self._keys(key)
+        return bool(self._script("add", keys, self._write_args(keys, value, options)))
+
+    def touch(self, key: str | bytes, *, ttl: float | None = UNSET, stale_ttl: float = UNSET) -> bool:
+        """Give the value of ``key`` a new ``ttl`` from now; returns whether there was one."""
+        options = self._call_options(ttl, stale_ttl)
+        keys = self._keys(key)
+        return bool(self._script("touch", keys, self._touch_args(options)))
+
+    def incr(self, key: str | bytes, delta: int = 1) -> int | None:
+        """Add ``delta`` to the integer stored under ``key``, keeping its expiry.
+
+        Returns the new value, or ``None`` if there is none. Raises
+        ``TypeError`` if the value is not an integer and ``OverflowError``
+        outside the signed 64-bit range.
+        """
+        keys = self._keys(key)
+        return self._incr_result(keys, self._script("incr", keys, self._incr_args(delta)))
+
+    def has_key(self, key: str | bytes) -> bool:
+        """Whether ``key`` holds a value, fresh or stale."""
+        keys = self._keys(key)
+        with self._redis_errors(keys.name, "check"):
+            return bool(self._client.exists(keys.value))
+
+    def get_many(self, keys: Iterable[str | bytes]) -> dict[Any, Any]:
+        """The values (fresh or stale) of those ``keys`` that have one, in one round trip."""
+        named = self._many(keys)
+        if not named:
+            return {}
+        mget = getattr(self._client, "mget_nonatomic", self._client.mget)  # Redis Cluster: per slot
+        with self._redis_errors("", "read several keys"):
+            raws = mget(list(named))
+        return self._found_many(named, raws)
+
+    def set_many(
+        self, mapping: Mapping[Any, Any], *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> None:
+        """:meth:`set` for every item, in one round trip."""
+        options = self._call_options(ttl, stale_ttl)
+        calls = [(names, self._write_args(names, value, options)) for names, value in self._items(mapping)]
+        self._pipelined("write", calls)
+
+    def delete_many(self, keys: Iterable[str | bytes]) -> int:
+        """:meth:`delete` for every key, in one round trip; returns how many held a value."""
+        calls = [(names, ["", 0, names.channel]) for _, names in self._many(keys).values()]
+        return sum(self._pipelined("write", calls))
+
+    def _pipelined(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
+        if not calls:
+            return []
+        with self._redis_errors("", f"{script} several keys"):
+            pipe = self._client.pipeline(transaction=False)
+            for names, args in calls:
+                self._scripts[script](keys=[names.value, names.lease, names.scratch], args=args, client=pipe)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+    def clear(self) -> int:
+        """Delete every key of this namespace (values and leases); returns how many.
+
+        Walks the keyspace with ``SCAN``: cost grows with the database, not
+        with the namespace.
+        """
+        deleted = 0
+        with self._redis_errors("", "clear the namespace"):
+            batch: list[bytes] = []
+            for name in self._client.scan_iter(match=self._keys.pattern, count=1000):
+                batch.append(name)
+                if len(batch) == 500:
+                    deleted += self._client.unlink(*batch)
+                    batch = []
+            if batch:
+                deleted += self._client.unlink(*batch)
+        return deleted
 
     def cached(
         self,

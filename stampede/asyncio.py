@@ -11,13 +11,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
 import redis.asyncio
 import redis.exceptions
 
-from ._base import UNSET, StampedeBase
+from ._base import UNSET, Lease, Paused, Read, StampedeBase
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import logger
@@ -193,15 +193,19 @@ class Stampede(StampedeBase):
         flow: Generator[Op, Any, Any],
         keys: Keys,
         options: Options,
-        rebuild: Rebuilder[Any],
+        rebuild: Rebuilder[Any] | None,
         reply: Any = None,
     ) -> Any:
+        """See :meth:`stampede.Stampede._drive`."""
         failure: BaseException | None = None
         while True:
             try:
                 op = flow.throw(failure) if failure is not None else flow.send(reply)
             except StopIteration as stop:
                 return stop.value
+            if rebuild is None and isinstance(op, Rebuild):
+                flow.close()
+                return Paused(op.token)
             reply, failure = None, None
             try:
                 reply = await self._execute(op, keys, options, rebuild)
@@ -219,15 +223,16 @@ class Stampede(StampedeBase):
         detached: _Detached,
         keys: Keys,
         options: Options,
-        rebuild: Rebuilder[Any],
+        rebuild: Rebuilder[Any] | None,
     ) -> None:
         try:
             await self._drive(flow, keys, options, rebuild, await detached.outcome)
         except Exception as exc:  # nobody is left to receive it
             logger.warning("rebuild of %r outlived its cancelled caller and failed", keys.name, exc_info=exc)
 
-    async def _execute(self, op: Op, keys: Keys, options: Options, rebuild: Rebuilder[Any]) -> Any:
+    async def _execute(self, op: Op, keys: Keys, options: Options, rebuild: Rebuilder[Any] | None) -> Any:
         if isinstance(op, Rebuild):
+            assert rebuild is not None  # _drive pauses at a Rebuild when there is none
             return await self._rebuild(op.token, keys, options, rebuild)
         if isinstance(op, Wait):
             return await self._wait(op, keys)
@@ -245,8 +250,8 @@ class Stampede(StampedeBase):
         return self._op_result(op, await call)
 
     async def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
-        with self._redis_errors(keys, name):
-            return await self._scripts[name](keys=[keys.value, keys.lease], args=args)
+        with self._redis_errors(keys.name, name):
+            return await self._scripts[name](keys=[keys.value, keys.lease, keys.scratch], args=args)
 
     async def _renew_until_lost(self, keys: Keys, token: str, options: Options) -> bool:
         loop = asyncio.get_running_loop()
@@ -306,7 +311,7 @@ class Stampede(StampedeBase):
 
     async def _wait(self, op: Wait, keys: Keys) -> bytes | None:
         deadline = self._clock.monotonic() + op.timeout
-        with self._redis_errors(keys, "wait for the rebuild"):
+        with self._redis_errors(keys.name, "wait for the rebuild"):
             pubsub = self._client.pubsub()
             try:
                 await pubsub.subscribe(keys.channel)
@@ -361,6 +366,125 @@ class Stampede(StampedeBase):
         """See :meth:`stampede.Stampede.invalidate`."""
         keys = self._keys(key)
         return bool(await self._script("invalidate", keys, self._invalidate_args()))
+
+    # --- a lease handed to the caller ---------------------------------------
+
+    async def read(
+        self,
+        key: str | bytes,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        lease_ttl: float = UNSET,
+        wait_timeout: float = UNSET,
+        beta: float | None = UNSET,
+    ) -> Read:
+        """See :meth:`stampede.Stampede.read`."""
+        options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
+        keys = self._keys(key)
+        try:
+            raw = await self._client.get(keys.value)
+        except redis.exceptions.RedisError as exc:
+            lookup = self._read_failed(keys, exc)
+        else:
+            entry = self._decode(keys, raw)
+            if entry is not None and self._is_hit(keys, entry, options):
+                return Read(True, entry.value)
+            lookup = Lookup(entry)
+        flow = self._flow(keys, options)
+        outcome = await self._drive(flow.run(lookup), keys, options, None)
+        if isinstance(outcome, Paused):
+            return self._lease_for(keys, options, flow, outcome)
+        return Read(True, outcome)
+
+    async def commit(self, lease: Lease, value: Any) -> bool:
+        """See :meth:`stampede.Stampede.commit`."""
+        rebuilt = self._rebuilt_by_holder(lease, value)
+        flow = lease._flow
+        _, error = await self._drive(flow.settle(lease.token, rebuilt), lease.keys, lease._options, None)
+        if error is not None:
+            raise error
+        return flow.committed
+
+    async def release(self, lease: Lease) -> None:
+        """See :meth:`stampede.Stampede.release`."""
+        self._rebuilt_by_holder(lease, None)  # validates the argument
+        await self._execute(Release(lease.token), lease.keys, lease._options, None)
+
+    # --- the rest of a cache's operations -------------------------------------
+
+    async def add(
+        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> bool:
+        """See :meth:`stampede.Stampede.add`."""
+        options = self._call_options(ttl, stale_ttl)
+        keys = self._keys(key)
+        return bool(await self._script("add", keys, self._write_args(keys, value, options)))
+
+    async def touch(self, key: str | bytes, *, ttl: float | None = UNSET, stale_ttl: float = UNSET) -> bool:
+        """See :meth:`stampede.Stampede.touch`."""
+        options = self._call_options(ttl, stale_ttl)
+        keys = self._keys(key)
+        return bool(await self._script("touch", keys, self._touch_args(options)))
+
+    async def incr(self, key: str | bytes, delta: int = 1) -> int | None:
+        """See :meth:`stampede.Stampede.incr`."""
+        keys = self._keys(key)
+        return self._incr_result(keys, await self._script("incr", keys, self._incr_args(delta)))
+
+    async def has_key(self, key: str | bytes) -> bool:
+        """See :meth:`stampede.Stampede.has_key`."""
+        keys = self._keys(key)
+        with self._redis_errors(keys.name, "check"):
+            return bool(await self._client.exists(keys.value))
+
+    async def get_many(self, keys: Iterable[str | bytes]) -> dict[Any, Any]:
+        """See :meth:`stampede.Stampede.get_many`."""
+        named = self._many(keys)
+        if not named:
+            return {}
+        mget = getattr(self._client, "mget_nonatomic", self._client.mget)  # Redis Cluster: per slot
+        with self._redis_errors("", "read several keys"):
+            raws = await mget(list(named))
+        return self._found_many(named, raws)
+
+    async def set_many(
+        self, mapping: Mapping[Any, Any], *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> None:
+        """See :meth:`stampede.Stampede.set_many`."""
+        options = self._call_options(ttl, stale_ttl)
+        calls = [(names, self._write_args(names, value, options)) for names, value in self._items(mapping)]
+        await self._pipelined("write", calls)
+
+    async def delete_many(self, keys: Iterable[str | bytes]) -> int:
+        """See :meth:`stampede.Stampede.delete_many`."""
+        calls = [(names, ["", 0, names.channel]) for _, names in self._many(keys).values()]
+        return sum(await self._pipelined("write", calls))
+
+    async def _pipelined(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
+        if not calls:
+            return []
+        with self._redis_errors("", f"{script} several keys"):
+            pipe = self._client.pipeline(transaction=False)
+            for names, args in calls:
+                await self._scripts[script](
+                    keys=[names.value, names.lease, names.scratch], args=args, client=pipe
+                )
+            return await pipe.execute()  # type: ignore[no-any-return]
+
+    async def clear(self) -> int:
+        """See :meth:`stampede.Stampede.clear`."""
+        deleted = 0
+        with self._redis_errors("", "clear the namespace"):
+            batch: list[bytes] = []
+            async for name in self._client.scan_iter(match=self._keys.pattern, count=1000):
+                batch.append(name)
+                if len(batch) == 500:
+                    deleted += await self._client.unlink(*batch)
+                    batch = []
+            if batch:
+                deleted += await self._client.unlink(*batch)
+        return deleted
 
     def cached(
         self,

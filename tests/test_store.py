@@ -1,0 +1,173 @@
+"""The lease handed to the caller (read/commit/release) and the rest of a
+cache's operations, for both drivers against real Redis."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any
+
+import pytest
+import redis
+
+from stampede import ConfigurationError, Read
+from stampede._keys import KeySpace
+from tests.helpers import run_threads
+
+
+def test_read_a_fresh_value(make_driver: Any) -> None:
+    sf = make_driver()
+    sf.set("k", None, ttl=60)
+    assert sf.read("k") == Read(True, None, None)  # a stored None is found
+
+
+def test_read_missing_hands_one_caller_the_lease_and_the_rest_wait_for_its_commit(make_driver: Any) -> None:
+    sf = make_driver()
+    holder = sf.read("k", ttl=60)
+    assert holder.found is False
+    assert holder.lease is not None
+    assert holder.lease.key == "k"
+    others: list[Read] = []
+    waiters = [
+        threading.Thread(target=lambda: others.append(sf.read("k", wait_timeout=30))) for _ in range(5)
+    ]
+    for waiter in waiters:
+        waiter.start()
+    assert sf.commit(holder.lease, "rendered") is True
+    for waiter in waiters:
+        waiter.join(30)
+    assert others == [Read(True, "rendered", None)] * 5
+
+
+def test_read_stale_gives_the_lease_to_one_caller_and_the_stale_value_to_the_rest(make_driver: Any) -> None:
+    sf = make_driver()
+    sf.set("k", "old", ttl=60, stale_ttl=600)
+    sf.invalidate("k")
+    reads = run_threads(16, lambda: sf.read("k", ttl=60, stale_ttl=600))
+    assert Counter((read.found, read.value) for read in reads) == {(True, "old"): 15, (False, None): 1}
+    (winner,) = [read for read in reads if not read.found]
+    assert sf.commit(winner.lease, "new") is True
+    assert sf.read("k").value == "new"
+
+
+def test_release_lets_the_next_caller_take_the_lease_at_once(make_driver: Any) -> None:
+    sf = make_driver(on_wait_timeout="raise")
+    first = sf.read("k")
+    sf.release(first.lease)
+    second = sf.read("k", wait_timeout=30)
+    assert second.lease is not None
+    sf.release(second.lease)
+
+
+def test_an_uncommitted_lease_blocks_nobody_past_its_ttl(make_driver: Any) -> None:
+    sf = make_driver()
+    first = sf.read("k", lease_ttl=0.3)
+    assert first.lease is not None  # ...and its caller never commits (its view raised)
+    second = sf.read("k", lease_ttl=0.3, wait_timeout=30)
+    assert second.lease is not None
+    assert sf.commit(first.lease, "late") is False  # the lapsed lease stores nothing
+    assert sf.commit(second.lease, "on time") is True
+    assert sf.get("k").value == "on time"
+
+
+def test_a_write_cancels_a_handed_out_lease(make_driver: Any) -> None:
+    sf = make_driver()
+    lease = sf.read("k").lease
+    sf.set("k", "written meanwhile", ttl=60)
+    assert sf.commit(lease, "from before the write") is False
+    assert sf.get("k").value == "written meanwhile"
+
+
+def test_wait_timeout_on_read_is_a_miss_without_a_lease(
+    make_driver: Any, client: redis.Redis, keys: KeySpace
+) -> None:
+    sf = make_driver(on_wait_timeout="rebuild")
+    client.set(keys("k").lease, "a slow holder", px=60_000)
+    assert sf.read("k", wait_timeout=0.2) == Read(False, None, None)
+
+
+def test_commit_rejects_what_is_not_a_lease(make_driver: Any) -> None:
+    sf = make_driver()
+    with pytest.raises(ConfigurationError, match="lease must be a stampede.Lease"):
+        sf.commit("token", 1)
+
+
+def test_add(make_driver: Any) -> None:
+    sf = make_driver()
+    assert sf.add("k", "first", ttl=60) is True
+    assert sf.add("k", "second", ttl=60) is False
+    assert sf.get("k").value == "first"
+
+
+def test_add_wakes_waiters(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    # Waiters would also find the value by probing, up to a second later;
+    # what wakes them at once is the announcement on the key's channel.
+    sf = make_driver()
+    with client.pubsub(ignore_subscribe_messages=True) as listener:
+        listener.subscribe(keys("k").channel)
+        listener.get_message(timeout=5)  # the subscription confirmation
+        assert sf.add("k", "added", ttl=60) is True
+        message = listener.get_message(timeout=10)
+        assert message is not None
+        assert message["channel"] == keys("k").channel
+
+
+def test_touch(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    sf = make_driver()
+    assert sf.touch("k", ttl=60) is False
+    sf.set("k", "v", ttl=1)
+    assert sf.touch("k", ttl=600) is True
+    assert 599_000 < client.pttl(keys("k").value) <= 600_000
+    assert sf.get("k").fresh_until > sf.get("k").created_at + 590
+    assert sf.touch("k", ttl=None) is True
+    assert client.pttl(keys("k").value) == -1
+    assert sf.get("k").fresh_until == float("inf")
+
+
+def test_incr(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    sf = make_driver()
+    assert sf.incr("n") is None
+    sf.set("n", 41, ttl=60)
+    pttl = client.pttl(keys("n").value)
+    assert sf.incr("n") == 42
+    assert sf.incr("n", -50) == -8
+    assert sf.get("n").value == -8
+    assert 0 < client.pttl(keys("n").value) <= pttl  # expiry kept
+    sf.set("big", 2**62, ttl=60)
+    assert sf.incr("big", 2**62 - 1) == 2**63 - 1  # exact: no float rounding
+    with pytest.raises(OverflowError, match="'big'"):
+        sf.incr("big")
+    assert sf.get("big").value == 2**63 - 1
+    sf.set("text", "abc", ttl=60)
+    with pytest.raises(TypeError, match="'text' is not an integer"):
+        sf.incr("text")
+    with pytest.raises(ConfigurationError, match="delta must be an int"):
+        sf.incr("n", 1.5)
+
+
+def test_has_key(make_driver: Any) -> None:
+    sf = make_driver()
+    assert sf.has_key("k") is False
+    sf.set("k", None, ttl=60)
+    assert sf.has_key("k") is True
+
+
+def test_get_set_delete_many(make_driver: Any) -> None:
+    sf = make_driver()
+    assert sf.get_many([]) == {}
+    sf.set_many({"a": 1, b"b": [2], "c": None}, ttl=60)
+    assert sf.get_many(iter(["a", b"b", "c", "missing"])) == {"a": 1, b"b": [2], "c": None}
+    assert sf.delete_many(["a", "missing"]) == 1
+    assert sf.delete_many([]) == 0
+    assert sf.get_many(["a", b"b"]) == {b"b": [2]}
+
+
+def test_clear_removes_only_this_namespace(make_driver: Any, client: redis.Redis, namespace: str) -> None:
+    sf = make_driver(namespace=f"{namespace}*[x]")  # glob characters are escaped
+    other = make_driver(namespace=f"{namespace}-other")
+    sf.set_many({f"k{i}": i for i in range(1200)}, ttl=60)
+    sf.read("leased")
+    other.set("k", "kept", ttl=60)
+    assert sf.clear() == 1201
+    assert sf.get_many(["k0", "k1199"]) == {}
+    assert other.get("k").value == "kept"
