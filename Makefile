@@ -17,8 +17,8 @@ test: $(STAMP)
 
 ## make lint: ruff and mypy, as CI runs them
 lint: $(STAMP)
-	$(BIN)/ruff check stampede tests bench
-	$(BIN)/ruff format --check stampede tests bench
+	$(BIN)/ruff check stampede integrations tests bench
+	$(BIN)/ruff format --check stampede integrations tests bench
 	$(BIN)/mypy
 
 ## make demo: the side-by-side benchmark on an embedded redis-server

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import random
 import struct
 import time as _time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
@@ -114,9 +115,12 @@ class StampedeBase:
         serializer: Serializer | None = None,
         on_event: EventHook | None = None,
         clock: Clock | None = None,
+        replicas: Sequence[Any] = (),
         **option_values: Any,
     ) -> None:
         _check_client(client)
+        for replica in replicas:
+            _check_client(replica)
         base = options if options is not None else Options()
         if not isinstance(base, Options):
             raise ConfigurationError(f"options must be a stampede.Options, got {base!r}")
@@ -131,6 +135,9 @@ class StampedeBase:
         if on_event is not None and not callable(on_event):
             raise ConfigurationError(f"on_event must be callable, got {on_event!r}")
         self._client = client
+        # Plain reads (the first GET, get, get_many, has_key) may go to a
+        # replica; leases, writes and waits always use the primary.
+        self._replicas = tuple(replicas)
         self._owns_client = False  # set by from_url(), whose client close() closes
         self._scripts = {name: client.register_script(getattr(_scripts, name.upper())) for name in _SCRIPTS}
         self._keys = KeySpace(namespace)
@@ -139,6 +146,10 @@ class StampedeBase:
         self.serializer = serializer
         self._on_event = on_event
         self._clock: Clock = clock if clock is not None else SystemClock()
+
+    def _reader(self) -> Any:
+        replicas = self._replicas
+        return random.choice(replicas) if replicas else self._client
 
     @property
     def namespace(self) -> str:
@@ -333,6 +344,15 @@ class StampedeBase:
         if paused.token is None:  # no lease to hand out (fail-open, or gave up waiting)
             return Read(False)
         return Read(False, None, Lease(keys, paused.token, flow, options, self._clock.monotonic()))
+
+    def _settle_options(self, lease: Lease, ttl: Any, stale_ttl: Any) -> Options:
+        """The lease's options, with the committer's ``ttl``/``stale_ttl`` if given."""
+        given = {
+            name: value for name, value in (("ttl", ttl), ("stale_ttl", stale_ttl)) if value is not UNSET
+        }
+        options = lease._options.merged(given) if given else lease._options
+        lease._flow.options = options
+        return options
 
     def _rebuilt_by_holder(self, lease: Lease, value: Any) -> Rebuilt:
         if not isinstance(lease, Lease):

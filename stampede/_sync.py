@@ -150,7 +150,7 @@ class Stampede(StampedeBase):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         keys = self._keys(key)
         try:
-            raw = self._client.get(keys.value)
+            raw = self._reader().get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
         else:
@@ -345,7 +345,7 @@ class Stampede(StampedeBase):
         """
         keys = self._keys(key)
         try:
-            raw = self._client.get(keys.value)
+            raw = self._reader().get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
             if lookup.error is not None:
@@ -362,10 +362,11 @@ class Stampede(StampedeBase):
         keys = self._keys(key)
         self._script("write", keys, self._write_args(keys, value, options))
 
-    def delete(self, key: str | bytes) -> None:
-        """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild in flight."""
+    def delete(self, key: str | bytes) -> bool:
+        """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
+        in flight. Returns whether there was a value."""
         keys = self._keys(key)
-        self._script("write", keys, ["", 0, keys.channel])
+        return bool(self._script("write", keys, ["", 0, keys.channel]))
 
     def invalidate(self, key: str | bytes) -> bool:
         """Mark ``key`` stale but keep serving it while one caller refreshes it.
@@ -403,7 +404,7 @@ class Stampede(StampedeBase):
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         keys = self._keys(key)
         try:
-            raw = self._client.get(keys.value)
+            raw = self._reader().get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
         else:
@@ -417,13 +418,17 @@ class Stampede(StampedeBase):
             return self._lease_for(keys, options, flow, outcome)
         return Read(True, outcome)
 
-    def commit(self, lease: Lease, value: Any) -> bool:
+    def commit(
+        self, lease: Lease, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> bool:
         """Store ``value`` under the lease from :meth:`read`, wake the waiters
-        and free the lease. Returns whether it was stored: ``False`` when the
-        lease had lapsed or been cancelled (a newer write stays)."""
+        and free the lease; ``ttl``/``stale_ttl`` default to those of the
+        ``read``. Returns whether it was stored: ``False`` when the lease had
+        lapsed or been cancelled (a newer write stays)."""
         rebuilt = self._rebuilt_by_holder(lease, value)
+        options = self._settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
-        _, error = self._drive(flow.settle(lease.token, rebuilt), lease.keys, lease._options, None)
+        _, error = self._drive(flow.settle(lease.token, rebuilt), lease.keys, options, None)
         if error is not None:
             raise error
         return flow.committed
@@ -464,14 +469,15 @@ class Stampede(StampedeBase):
         """Whether ``key`` holds a value, fresh or stale."""
         keys = self._keys(key)
         with self._redis_errors(keys.name, "check"):
-            return bool(self._client.exists(keys.value))
+            return bool(self._reader().exists(keys.value))
 
     def get_many(self, keys: Iterable[str | bytes]) -> dict[Any, Any]:
         """The values (fresh or stale) of those ``keys`` that have one, in one round trip."""
         named = self._many(keys)
         if not named:
             return {}
-        mget = getattr(self._client, "mget_nonatomic", self._client.mget)  # Redis Cluster: per slot
+        reader = self._reader()
+        mget = getattr(reader, "mget_nonatomic", reader.mget)  # Redis Cluster: per slot
         with self._redis_errors("", "read several keys"):
             raws = mget(list(named))
         return self._found_many(named, raws)

@@ -96,7 +96,7 @@ class Stampede(StampedeBase):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         keys = self._keys(key)
         try:
-            raw = await self._client.get(keys.value)
+            raw = await self._reader().get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
         else:
@@ -341,7 +341,7 @@ class Stampede(StampedeBase):
         """See :meth:`stampede.Stampede.get`."""
         keys = self._keys(key)
         try:
-            raw = await self._client.get(keys.value)
+            raw = await self._reader().get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
             if lookup.error is not None:
@@ -357,10 +357,10 @@ class Stampede(StampedeBase):
         keys = self._keys(key)
         await self._script("write", keys, self._write_args(keys, value, options))
 
-    async def delete(self, key: str | bytes) -> None:
+    async def delete(self, key: str | bytes) -> bool:
         """See :meth:`stampede.Stampede.delete`."""
         keys = self._keys(key)
-        await self._script("write", keys, ["", 0, keys.channel])
+        return bool(await self._script("write", keys, ["", 0, keys.channel]))
 
     async def invalidate(self, key: str | bytes) -> bool:
         """See :meth:`stampede.Stampede.invalidate`."""
@@ -383,7 +383,7 @@ class Stampede(StampedeBase):
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         keys = self._keys(key)
         try:
-            raw = await self._client.get(keys.value)
+            raw = await self._reader().get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
         else:
@@ -397,11 +397,14 @@ class Stampede(StampedeBase):
             return self._lease_for(keys, options, flow, outcome)
         return Read(True, outcome)
 
-    async def commit(self, lease: Lease, value: Any) -> bool:
+    async def commit(
+        self, lease: Lease, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> bool:
         """See :meth:`stampede.Stampede.commit`."""
         rebuilt = self._rebuilt_by_holder(lease, value)
+        options = self._settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
-        _, error = await self._drive(flow.settle(lease.token, rebuilt), lease.keys, lease._options, None)
+        _, error = await self._drive(flow.settle(lease.token, rebuilt), lease.keys, options, None)
         if error is not None:
             raise error
         return flow.committed
@@ -436,14 +439,15 @@ class Stampede(StampedeBase):
         """See :meth:`stampede.Stampede.has_key`."""
         keys = self._keys(key)
         with self._redis_errors(keys.name, "check"):
-            return bool(await self._client.exists(keys.value))
+            return bool(await self._reader().exists(keys.value))
 
     async def get_many(self, keys: Iterable[str | bytes]) -> dict[Any, Any]:
         """See :meth:`stampede.Stampede.get_many`."""
         named = self._many(keys)
         if not named:
             return {}
-        mget = getattr(self._client, "mget_nonatomic", self._client.mget)  # Redis Cluster: per slot
+        reader = self._reader()
+        mget = getattr(reader, "mget_nonatomic", reader.mget)  # Redis Cluster: per slot
         with self._redis_errors("", "read several keys"):
             raws = await mget(list(named))
         return self._found_many(named, raws)

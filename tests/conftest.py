@@ -23,15 +23,36 @@ from tests.drivers import DRIVERS
 _namespaces = itertools.count()
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """The URL of the Redis shared by the suite."""
+_URL_VAR = "STAMPEDE_TEST_REDIS_URL"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Started here rather than in a fixture: Django's cache suite reads the
+    # URL when its test classes are defined, at collection.
     url = os.environ.get("REDIS_URL")
-    if url:
-        yield url
-        return
-    with RedisServer() as server:
-        yield server.url
+    if not url:
+        server = RedisServer().start()
+        config.stash[_SERVER] = server
+        url = server.url
+    os.environ[_URL_VAR] = url
+    from tests.django_stampede.settings import configure
+
+    configure(url)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = config.stash.get(_SERVER, None)
+    if server is not None:
+        server.close()
+
+
+_SERVER = pytest.StashKey[RedisServer]()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    """The URL of the Redis shared by the suite."""
+    return os.environ[_URL_VAR]
 
 
 @pytest.fixture

@@ -1,0 +1,174 @@
+"""Translate a ``CACHES`` entry into stampede's configuration, or say what is wrong."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.connection
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+import stampede
+
+__all__ = ["CacheConfig", "improperly_configured"]
+
+# OPTIONS in capitals are stampede's; in lower case, as for Django's own
+# RedisCache, they go to redis-py's connection pool.
+_STAMPEDE_OPTIONS = {
+    "STALE_TTL": "stale_ttl",
+    "LEASE_TTL": "lease_ttl",
+    "MAX_LEASE_TIME": "max_lease_time",
+    "WAIT_TIMEOUT": "wait_timeout",
+    "ON_WAIT_TIMEOUT": "on_wait_timeout",
+    "BACKGROUND": "background",
+    "BETA": "beta",
+    "FAIL_OPEN": "fail_open",
+}
+_OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "ON_EVENT"}
+_SERIALIZERS = {"pickle": stampede.PickleSerializer, "json": stampede.JsonSerializer}
+_DEFAULT_POOL = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, "health_check_interval": 30}
+
+
+def _pool_option_names() -> frozenset[str]:
+    names: set[str] = {"max_connections", "pool_class", "parser_class", "connection_class"}
+    for cls in (
+        redis.connection.AbstractConnection,
+        redis.connection.Connection,
+        redis.connection.SSLConnection,
+        redis.connection.UnixDomainSocketConnection,
+    ):
+        names.update(inspect.signature(cls.__init__).parameters)
+    return frozenset(names - {"self", "kwargs", "args", "host", "port", "path", "decode_responses"})
+
+
+_POOL_OPTIONS = _pool_option_names()
+
+
+def _bad(setting: str, problem: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"django_stampede: {setting} {problem}")
+
+
+def improperly_configured(exc: stampede.ConfigurationError) -> ImproperlyConfigured:
+    """The Django error for a configuration stampede refused, naming the setting."""
+    text = str(exc)
+    names = {"namespace": "NAMESPACE", **{field: key for key, field in _STAMPEDE_OPTIONS.items()}}
+    setting = next((key for field, key in names.items() if text.startswith(field + " ")), None)
+    return _bad(f"OPTIONS[{setting!r}]" if setting else "OPTIONS", f"is invalid: {text}")
+
+
+def _servers(location: Any) -> tuple[str, ...]:
+    if isinstance(location, str):
+        servers = [part.strip() for part in re.split("[;,]", location) if part.strip()]
+    elif isinstance(location, (list, tuple)) and all(isinstance(part, str) for part in location):
+        servers = list(location)
+    else:
+        raise _bad("LOCATION", f"must be a Redis URL or a list of them, got {location!r}")
+    if not servers:
+        raise _bad("LOCATION", "names no Redis server")
+    for url in servers:
+        if not re.match(r"^(redis|rediss|unix)://", url):
+            raise _bad("LOCATION", f"entry {url!r} is not a redis://, rediss:// or unix:// URL")
+    return tuple(servers)
+
+
+def _serializer(value: Any) -> stampede.Serializer:
+    if isinstance(value, str):
+        value = _SERIALIZERS.get(value.lower()) or _import("SERIALIZER", value)
+    if isinstance(value, type):
+        value = value()
+    if not isinstance(value, stampede.Serializer):
+        raise _bad("OPTIONS['SERIALIZER']", f"must be 'pickle', 'json' or a serializer, got {value!r}")
+    return value
+
+
+def _import(setting: str, path: str) -> Any:
+    try:
+        return import_string(path)
+    except ImportError as exc:
+        raise _bad(f"OPTIONS[{setting!r}]", f"cannot import {path!r}: {exc}") from exc
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """One cache's settings, checked; equal settings share connections."""
+
+    servers: tuple[str, ...]
+    pool_options: tuple[tuple[str, Any], ...]
+    options: stampede.Options
+    namespace: str
+    serializer: stampede.Serializer
+    on_event: Any
+
+    @classmethod
+    def from_django(cls, location: Any, params: dict[str, Any]) -> CacheConfig:
+        raw = params.get("OPTIONS", {}) or {}
+        if not isinstance(raw, dict):
+            raise _bad("OPTIONS", f"must be a dict, got {raw!r}")
+        core: dict[str, Any] = {}
+        pool: dict[str, Any] = dict(_DEFAULT_POOL)
+        for name, value in raw.items():
+            if name in _STAMPEDE_OPTIONS:
+                core[_STAMPEDE_OPTIONS[name]] = value
+            elif name in _OTHER_OPTIONS:
+                continue
+            elif name == "serializer":
+                raise _bad(
+                    "OPTIONS['serializer']",
+                    "is not supported: stampede stores envelopes; set "
+                    "OPTIONS['SERIALIZER'] to 'pickle', 'json' or a stampede serializer",
+                )
+            elif name in _POOL_OPTIONS:
+                pool[name] = value
+            else:
+                known = sorted(_STAMPEDE_OPTIONS) + sorted(_OTHER_OPTIONS)
+                raise _bad(
+                    f"OPTIONS[{name!r}]",
+                    f"is not a known option; stampede's are {', '.join(known)}, "
+                    "and redis-py connection options go in lower case",
+                )
+        for name in ("pool_class", "parser_class", "connection_class"):
+            if isinstance(pool.get(name), str):
+                pool[name] = _import(name, pool[name])
+        try:
+            options = stampede.Options.from_mapping(core)
+        except stampede.ConfigurationError as exc:
+            raise improperly_configured(exc) from exc
+        namespace = raw.get("NAMESPACE", "django")
+        on_event = raw.get("ON_EVENT")
+        if isinstance(on_event, str):
+            on_event = _import("ON_EVENT", on_event)
+        if on_event is not None and not callable(on_event):
+            raise _bad("OPTIONS['ON_EVENT']", f"must be a callable or its dotted path, got {on_event!r}")
+        return cls(
+            servers=_servers(location),
+            pool_options=tuple(sorted(pool.items())),
+            options=options,
+            namespace=namespace,
+            serializer=_serializer(raw.get("SERIALIZER", "pickle")),
+            on_event=on_event,
+        )
+
+    def sync_client(self, url: str) -> redis.Redis:
+        options = dict(self.pool_options)
+        pool_class = options.pop("pool_class", None) or redis.ConnectionPool
+        return redis.Redis(connection_pool=pool_class.from_url(url, **options))
+
+    def async_client(self, url: str) -> redis.asyncio.Redis:
+        # Pool, parser and connection classes name sync implementations.
+        options = {
+            k: v for k, v in self.pool_options if k not in ("pool_class", "parser_class", "connection_class")
+        }
+        return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool.from_url(url, **options))
+
+    def core_kwargs(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "options": self.options,
+            "serializer": self.serializer,
+            "on_event": self.on_event,
+        }

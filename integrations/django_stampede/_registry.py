@@ -1,0 +1,61 @@
+"""Connections and cores shared by every backend instance with the same settings.
+
+Django creates a backend instance per thread and per asyncio task and calls
+``close()`` after every request: pools must outlive the instances.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+
+import stampede
+import stampede.asyncio
+
+from ._config import CacheConfig, improperly_configured
+
+__all__ = ["async_core", "sync_core"]
+
+_lock = threading.Lock()
+_sync: dict[CacheConfig, stampede.Stampede] = {}
+# redis.asyncio connections belong to one event loop.
+_async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[CacheConfig, stampede.asyncio.Stampede]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def sync_core(config: CacheConfig) -> stampede.Stampede:
+    """The blocking core for ``config``; built once per process."""
+    core = _sync.get(config)
+    if core is None:
+        with _lock:
+            core = _sync.get(config)
+            if core is None:
+                primary, *replicas = config.servers
+                try:
+                    core = stampede.Stampede(
+                        config.sync_client(primary),
+                        replicas=[config.sync_client(url) for url in replicas],
+                        **config.core_kwargs(),
+                    )
+                except stampede.ConfigurationError as exc:
+                    raise improperly_configured(exc) from exc
+                _sync[config] = core
+    return core
+
+
+def async_core(config: CacheConfig) -> stampede.asyncio.Stampede:
+    """The asyncio core for ``config`` on the running event loop."""
+    loop = asyncio.get_running_loop()
+    with _lock:
+        cores = _async.setdefault(loop, {})
+        core = cores.get(config)
+        if core is None:
+            primary, *replicas = config.servers
+            core = cores[config] = stampede.asyncio.Stampede(
+                config.async_client(primary),
+                replicas=[config.async_client(url) for url in replicas],
+                **config.core_kwargs(),
+            )
+    return core

@@ -1,0 +1,71 @@
+"""Views that count how often their expensive part runs."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.cache import cache_page
+
+
+class Counter:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.value = 0
+
+    def bump(self) -> int:
+        with self._lock:
+            self.value += 1
+            return self.value
+
+    def reset(self) -> None:
+        with self._lock:
+            self.value = 0
+
+
+renders = Counter()
+RENDER_SECONDS = 0.3
+
+
+def expensive() -> int:
+    run = renders.bump()
+    time.sleep(RENDER_SECONDS)
+    return run
+
+
+@cache_page(2)
+def page(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(f"render {expensive()}")
+
+
+def fragment(request: HttpRequest) -> HttpResponse:
+    return render(request, "fragment.html", {"expensive": expensive})
+
+
+def aside(request: HttpRequest) -> HttpResponse:
+    value = cache.get("aside")
+    if value is None:
+        value = f"render {expensive()}"
+        cache.set("aside", value, 2)
+    return HttpResponse(value)
+
+
+async def async_report(request: HttpRequest) -> HttpResponse:
+    async def build() -> str:
+        run = renders.bump()
+        await asyncio.sleep(RENDER_SECONDS)
+        return f"render {run}"
+
+    return HttpResponse(await cache.aget_or_set("report", build, 2))
+
+
+def broken(request: HttpRequest) -> HttpResponse:
+    value = cache.get("broken")
+    if value is None:
+        renders.bump()
+        raise RuntimeError("the view failed before setting the cache")
+    return HttpResponse(value)
