@@ -15,7 +15,7 @@ from django.utils.module_loading import import_string
 
 import stampede
 
-__all__ = ["CacheConfig", "improperly_configured"]
+__all__ = ["CacheConfig", "improperly_configured", "options_of"]
 
 # OPTIONS in capitals are stampede's; in lower case, as for Django's own
 # RedisCache, they go to redis-py's connection pool.
@@ -76,6 +76,11 @@ def _servers(location: Any) -> tuple[str, ...]:
     return tuple(servers)
 
 
+def _checked_serializer(setting: Any) -> Any:
+    _serializer(setting)  # fail now, at configuration, not at first use
+    return setting
+
+
 def _serializer(value: Any) -> stampede.Serializer:
     if isinstance(value, str):
         value = _SERIALIZERS.get(value.lower()) or _import("SERIALIZER", value)
@@ -93,6 +98,14 @@ def _import(setting: str, path: str) -> Any:
         raise _bad(f"OPTIONS[{setting!r}]", f"cannot import {path!r}: {exc}") from exc
 
 
+def options_of(params: dict[str, Any]) -> dict[str, Any]:
+    """The ``OPTIONS`` of a ``CACHES`` entry, checked to be a dict."""
+    raw = params.get("OPTIONS", {}) or {}
+    if not isinstance(raw, dict):
+        raise _bad("OPTIONS", f"must be a dict, got {raw!r}")
+    return raw
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     """One cache's settings, checked; equal settings share connections."""
@@ -101,14 +114,12 @@ class CacheConfig:
     pool_options: tuple[tuple[str, Any], ...]
     options: stampede.Options
     namespace: str
-    serializer: stampede.Serializer
+    serializer: Any  # the setting (a name, path or object): compared, not built, per instance
     on_event: Any
 
     @classmethod
     def from_django(cls, location: Any, params: dict[str, Any]) -> CacheConfig:
-        raw = params.get("OPTIONS", {}) or {}
-        if not isinstance(raw, dict):
-            raise _bad("OPTIONS", f"must be a dict, got {raw!r}")
+        raw = options_of(params)
         core: dict[str, Any] = {}
         pool: dict[str, Any] = dict(_DEFAULT_POOL)
         for name, value in raw.items():
@@ -149,7 +160,7 @@ class CacheConfig:
             pool_options=tuple(sorted(pool.items())),
             options=options,
             namespace=namespace,
-            serializer=_serializer(raw.get("SERIALIZER", "pickle")),
+            serializer=_checked_serializer(raw.get("SERIALIZER", "pickle")),
             on_event=on_event,
         )
 
@@ -169,6 +180,6 @@ class CacheConfig:
         return {
             "namespace": self.namespace,
             "options": self.options,
-            "serializer": self.serializer,
+            "serializer": _serializer(self.serializer),
             "on_event": self.on_event,
         }

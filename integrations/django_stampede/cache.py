@@ -23,7 +23,7 @@ from stampede import Entry, Lease, Read, SerializationError, Stampede
 from stampede.asyncio import Stampede as AsyncStampede
 
 from . import _leases as leases
-from ._config import CacheConfig
+from ._config import CacheConfig, options_of
 from ._registry import async_core, sync_core
 
 __all__ = ["StampedeCache"]
@@ -47,6 +47,7 @@ class StampedeCache(BaseCache):
     and redis-py connection options in lower case."""
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
+        options_of(params)  # BaseCache reads OPTIONS too, and would fail obscurely
         super().__init__(params)
         self._config = CacheConfig.from_django(server, params)
         self._core = sync_core(self._config)  # shared with every instance alike; validates

@@ -37,5 +37,6 @@ def configure(redis_url: str) -> None:
         "ROOT_URLCONF": "tests.django_stampede.project.urls",
         "MIDDLEWARE": [],
         "ALLOWED_HOSTS": ["*"],
+        "STATIC_URL": "/static/",
     }
     settings.configure(**options)

@@ -29,11 +29,16 @@ class Counter:
 
 renders = Counter()
 RENDER_SECONDS = 0.3
+# Cleared by a test to hold a rebuild open until it has seen what the other
+# requests got meanwhile.
+gate = threading.Event()
+gate.set()
 
 
 def expensive() -> int:
     run = renders.bump()
     time.sleep(RENDER_SECONDS)
+    gate.wait(60)
     return run
 
 
@@ -58,6 +63,7 @@ async def async_report(request: HttpRequest) -> HttpResponse:
     async def build() -> str:
         run = renders.bump()
         await asyncio.sleep(RENDER_SECONDS)
+        await asyncio.to_thread(gate.wait, 60)
         return f"render {run}"
 
     return HttpResponse(await cache.aget_or_set("report", build, 2))
