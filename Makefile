@@ -2,18 +2,39 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Django 6 needs Python 3.12+: the first such interpreter found, if any.
+PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $(PYTHON) $(wildcard $(HOME)/.pyenv/versions/3.1[2-9]*/bin/python3); do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null \
+	&& { echo $$p; break; }; done)
+VENV6 := .venv-django6
 
-.PHONY: test lint demo bench clean
+.PHONY: test test-django6 lint demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]"
+	$(BIN)/pip install --quiet -e ".[dev]" "django>=5.2,<6"
 	touch $(STAMP)
 
-## make test: install into .venv and run the whole test suite against real redis-servers
+## make test: install into .venv and run the whole suite against real redis-servers
+## (Django 5.2 LTS), then the Django tests again on Django 6 where Python 3.12+ exists
 test: $(STAMP)
 	$(BIN)/pytest
+	$(MAKE) test-django6
+
+$(VENV6)/.installed: pyproject.toml
+	$(PYTHON_DJANGO6) -m venv $(VENV6)
+	$(VENV6)/bin/pip install --quiet --upgrade pip
+	$(VENV6)/bin/pip install --quiet -e ".[test]" "django>=6,<7"
+	touch $@
+
+test-django6:
+ifeq ($(PYTHON_DJANGO6),)
+	@echo "test-django6: no Python 3.12+ found; Django 6 not tested here"
+else
+	$(MAKE) $(VENV6)/.installed
+	$(VENV6)/bin/pytest tests/django_stampede
+endif
 
 ## make lint: ruff and mypy, as CI runs them
 lint: $(STAMP)
@@ -28,4 +49,4 @@ demo: $(STAMP)
 bench: demo
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV6) .pytest_cache .mypy_cache .ruff_cache .cache
