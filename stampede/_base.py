@@ -80,14 +80,17 @@ class Lease:
     nothing.
     """
 
-    __slots__ = ("_flow", "_options", "_started", "keys", "token")
+    __slots__ = ("_acquired_at", "_flow", "_options", "_started", "keys", "token")
 
-    def __init__(self, keys: Keys, token: str, flow: Flow, options: Options, started: float) -> None:
+    def __init__(
+        self, keys: Keys, token: str, flow: Flow, options: Options, started: float, acquired_at: float
+    ) -> None:
         self.keys = keys
         self.token = token
         self._flow = flow
         self._options = options
-        self._started = started
+        self._started = started  # monotonic: the rebuild's duration
+        self._acquired_at = acquired_at  # wall clock: what a lapsed commit may overwrite
 
     @property
     def key(self) -> str:
@@ -254,7 +257,9 @@ class StampedeBase:
         error.__cause__ = exc
         return Lookup(None, error=error)
 
-    def _flow(self, keys: Keys, options: Options, *, background: bool = False) -> Flow:
+    def _flow(
+        self, keys: Keys, options: Options, *, background: bool = False, take_over: bool = True
+    ) -> Flow:
         def emit(kind: EventKind, **details: Any) -> None:
             self._emit(keys, kind, **details)
 
@@ -266,6 +271,7 @@ class StampedeBase:
             self._clock,
             emit,
             background=background,
+            take_over=take_over,
         )
 
     def _serve_follower(self, keys: Keys, entry: Entry) -> Any:
@@ -343,7 +349,8 @@ class StampedeBase:
     def _lease_for(self, keys: Keys, options: Options, flow: Flow, paused: Paused) -> Read:
         if paused.token is None:  # no lease to hand out (fail-open, or gave up waiting)
             return Read(False)
-        return Read(False, None, Lease(keys, paused.token, flow, options, self._clock.monotonic()))
+        clock = self._clock
+        return Read(False, None, Lease(keys, paused.token, flow, options, clock.monotonic(), clock.time()))
 
     def _settle_options(self, lease: Lease, ttl: Any, stale_ttl: Any) -> Options:
         """The lease's options, with the committer's ``ttl``/``stale_ttl`` if given."""
@@ -365,7 +372,8 @@ class StampedeBase:
         if isinstance(op, Acquire):
             return "acquire", [op.token, options.lease_ms]
         if isinstance(op, Commit):
-            return "commit", [op.token, op.data, options.expire_ms or 0, keys.channel]
+            since = "" if op.lapsed_since is None else repr(op.lapsed_since)
+            return "commit", [op.token, op.data, options.expire_ms or 0, keys.channel, since, MAGIC]
         return "release", [op.token, keys.channel]
 
     @staticmethod

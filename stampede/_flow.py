@@ -25,6 +25,7 @@ from ._options import Options
 from ._serializers import Serializer
 
 __all__ = [
+    "RELEASED",
     "Acquire",
     "Acquired",
     "Clock",
@@ -36,6 +37,7 @@ __all__ = [
     "Rebuilt",
     "Release",
     "Wait",
+    "Waited",
     "new_token",
     "poll_interval",
     "renew_interval",
@@ -102,10 +104,15 @@ class Rebuilt:
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Write ``data`` if ``token`` still holds the lease, release the lease
-    and wake waiters. Result: whether it was written."""
+    and wake waiters. Result: whether it was written.
+
+    ``lapsed_since``: also write if the lease lapsed with nobody else holding
+    one and nothing stored is newer than this wall-clock time.
+    """
 
     token: str
     data: bytes
+    lapsed_since: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,13 +130,25 @@ class Wait:
     """Wait until a value lands, the lease is freed, or ``timeout`` passes.
 
     A value equal to ``unusable`` (bytes the flow already found unreadable)
-    has not landed. Result: the value key's raw bytes, or ``None``.
+    has not landed. Result: :class:`Waited`.
     """
 
     timeout: float
     lease_pttl: int
     unusable: bytes | None = None
 
+
+class Waited(NamedTuple):
+    """Result of :class:`Wait`: the value key's raw bytes if a value landed;
+    ``released`` if the holder gave its lease up (announced, as opposed to
+    letting it expire) without one."""
+
+    raw: bytes | None = None
+    released: bool = False
+
+
+#: What the release of a lease without a value announces on the channel.
+RELEASED = b"0"
 
 Op = Acquire | Rebuild | Commit | Release | Wait
 
@@ -176,6 +195,8 @@ class Flow:
         clock: time source.
         emit: reports an event about this key.
         background: this flow runs detached; its caller was already served.
+        take_over: when a lease is freed without a value, compete for it
+            again (``get_or_rebuild``) rather than go on alone (``read``).
     """
 
     def __init__(
@@ -188,6 +209,7 @@ class Flow:
         emit: Callable[..., None],
         *,
         background: bool = False,
+        take_over: bool = True,
     ) -> None:
         self.keys = keys
         self.options = options
@@ -196,6 +218,7 @@ class Flow:
         self.clock = clock
         self.emit = emit
         self.background = background
+        self.take_over = take_over
         self.committed = False  # set by settle(): whether a rebuilt value was stored
 
     def run(self, lookup: Lookup) -> Generator[Op, Any, Any]:
@@ -236,14 +259,18 @@ class Flow:
             self.options.wait_timeout,
             self.keys.name,
         )
-        # Not stored: without the lease nothing fences this write, and a
-        # rebuild that read its data before a newer commit (or a set, delete
-        # or invalidate) would overwrite it. The lease holder's commit stores.
-        rebuilt = yield Rebuild(None)
+        value, error = yield from self._alone()
+        if error is not None:
+            raise error
+        return value
+
+    def _alone(self) -> Generator[Op, Any, _Outcome]:
+        # A rebuild without the lease, for this caller only. Not stored:
+        # nothing fences this write, and a rebuild that read its data before
+        # a newer commit (or a set, delete or invalidate) would overwrite it.
+        rebuilt: Rebuilt = yield Rebuild(None)
         self._report(rebuilt)
-        if rebuilt.error is not None:
-            raise rebuilt.error
-        return rebuilt.value
+        return rebuilt.value, rebuilt.error
 
     def _refresh(self, entry: Entry) -> Generator[Op, Any, _Outcome]:
         # A stale (or early-refresh) value is in hand: whoever loses the
@@ -288,14 +315,19 @@ class Flow:
             remaining = deadline - clock.monotonic()
             if remaining > 0:
                 started = clock.monotonic()
-                raw = yield Wait(remaining, acquired.lease_pttl, unusable)
+                waited: Waited = yield Wait(remaining, acquired.lease_pttl, unusable)
                 self.emit(EventKind.WAIT, duration=clock.monotonic() - started)
-                landed = self.decode(raw)
+                landed = self.decode(waited.raw)
                 if landed is not None:
                     return landed.value, None
-                unusable = raw  # foreign bytes: wait for them to change, do not spin
+                unusable = waited.raw  # foreign bytes: wait for them to change, do not spin
                 if clock.monotonic() < deadline:
-                    continue  # the lease was freed without a value: try to take it
+                    if self.take_over or not waited.released:
+                        continue  # freed without a value (or expired): try to take it
+                    # The holder gave up without a value: each caller goes on
+                    # alone rather than queue for the lease one at a time
+                    # (a key that is normally absent must not serialise them).
+                    return (yield from self._alone())
             try:
                 value = yield from self.after_wait_timeout()
             except WaitTimeoutError as exc:
@@ -327,7 +359,7 @@ class Flow:
         return (yield from self.settle(token, rebuilt, stale))
 
     def settle(
-        self, token: str, rebuilt: Rebuilt, stale: Entry | None = None
+        self, token: str, rebuilt: Rebuilt, stale: Entry | None = None, lapsed_since: float | None = None
     ) -> Generator[Op, Any, _Outcome]:
         """Store what the lease holder rebuilt (fenced), or free the lease if it failed.
 
@@ -351,7 +383,7 @@ class Flow:
             yield Release(token)
             return None, exc
         try:
-            self.committed = yield Commit(token, data)
+            self.committed = yield Commit(token, data, lapsed_since)
         except RedisUnavailableError as exc:
             # The caller asked for a value and has one: failing the call now
             # would throw the rebuild away. The next read rebuilds again.

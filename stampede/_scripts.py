@@ -37,16 +37,26 @@ return {0, redis.call('PTTL', KEYS[2])}
 """
 )
 
-# The fenced write. ARGV: token, envelope, expire_ms ('0' = never), channel.
+# The fenced write. ARGV: token, envelope, expire_ms ('0' = never), channel,
+# lapsed_since ('' = strict), magic.
 # -> 1 written (now or by an earlier run of this same call), 0 rejected.
+# With lapsed_since, a lease that lapsed with nobody else holding one still
+# writes, unless the stored value was created after lapsed_since (newer).
 COMMIT = (
     _READ_VALUE
     + """
-if redis.call('GET', KEYS[2]) ~= ARGV[1] then
-  if read_value() == ARGV[2] then return 1 end
-  return 0
+local held = redis.call('GET', KEYS[2])
+if held == ARGV[1] then
+  redis.call('DEL', KEYS[2])
+else
+  local current = read_value()
+  if current == ARGV[2] then return 1 end
+  if ARGV[5] == '' or held then return 0 end
+  if current and string.sub(current, 1, string.len(ARGV[6])) == ARGV[6] and string.len(current) >= 20 then
+    local created = struct.unpack('<d', string.sub(current, 13, 20))
+    if created > tonumber(ARGV[5]) then return 0 end
+  end
 end
-redis.call('DEL', KEYS[2])
 if ARGV[3] == '0' then
   redis.call('SET', KEYS[1], ARGV[2])
 else
@@ -57,7 +67,7 @@ return 1
 """
 )
 
-# Owner-checked release; wakes waiters so one of them can take over.
+# Owner-checked release; announces '0' (released without a value) to waiters.
 # ARGV: token, channel. -> 1 released, 0 not ours.
 RELEASE = """
 if redis.call('GET', KEYS[2]) == ARGV[1] then

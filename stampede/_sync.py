@@ -18,7 +18,18 @@ from ._envelope import Entry
 from ._events import logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._flights import Flight, Flights
-from ._flow import Lookup, Op, Rebuild, Rebuilt, Release, Wait, poll_interval, renew_interval
+from ._flow import (
+    RELEASED,
+    Lookup,
+    Op,
+    Rebuild,
+    Rebuilt,
+    Release,
+    Wait,
+    Waited,
+    poll_interval,
+    renew_interval,
+)
 from ._keys import Keys
 from ._options import Options
 
@@ -307,7 +318,7 @@ class Stampede(StampedeBase):
         lost = watchdog.stop() if watchdog is not None else False
         return Rebuilt(value, error, duration, lost)
 
-    def _wait(self, op: Wait, keys: Keys) -> bytes | None:
+    def _wait(self, op: Wait, keys: Keys) -> Waited:
         deadline = self._clock.monotonic() + op.timeout
         with self._redis_errors(keys.name, "wait for the rebuild"):
             pubsub = self._client.pubsub()
@@ -318,21 +329,23 @@ class Stampede(StampedeBase):
                 while True:
                     remaining = deadline - self._clock.monotonic()
                     if remaining <= 0:
-                        return None
+                        return Waited()
                     message = pubsub.get_message(timeout=remaining)
                     if message is not None and message["type"] == "subscribe":
                         break
-                pttl = op.lease_pttl
+                released = False
                 while True:
                     raw, pttl = self._scripts["probe"](keys=[keys.value, keys.lease])
                     if raw is not None and raw != op.unusable:
-                        return raw  # type: ignore[no-any-return]
+                        return Waited(raw)
                     if pttl == -2:
-                        return None  # freed without a (new) value: the caller may take over
+                        return Waited(None, released)  # freed without a (new) value
                     remaining = deadline - self._clock.monotonic()
                     if remaining <= 0:
-                        return None
-                    pubsub.get_message(timeout=poll_interval(remaining, pttl))
+                        return Waited()
+                    message = pubsub.get_message(timeout=poll_interval(remaining, pttl))
+                    if message is not None and message["type"] == "message" and message["data"] == RELEASED:
+                        released = True
             finally:
                 pubsub.close()
 
@@ -412,23 +425,38 @@ class Stampede(StampedeBase):
             if entry is not None and self._is_hit(keys, entry, options):
                 return Read(True, entry.value)
             lookup = Lookup(entry)
-        flow = self._flow(keys, options)
+        flow = self._flow(keys, options, take_over=False)
         outcome = self._drive(flow.run(lookup), keys, options, None)
         if isinstance(outcome, Paused):
             return self._lease_for(keys, options, flow, outcome)
         return Read(True, outcome)
 
     def commit(
-        self, lease: Lease, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+        self,
+        lease: Lease,
+        value: Any,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        store_if_lapsed: bool = False,
     ) -> bool:
         """Store ``value`` under the lease from :meth:`read`, wake the waiters
         and free the lease; ``ttl``/``stale_ttl`` default to those of the
         ``read``. Returns whether it was stored: ``False`` when the lease had
-        lapsed or been cancelled (a newer write stays)."""
+        lapsed or been cancelled (a newer write stays). With
+        ``store_if_lapsed``, a lease that merely lapsed (nobody else holds one,
+        and nothing stored is newer than the ``read``) still stores: the
+        semantics of a cache ``set`` that came late.
+        """
         rebuilt = self._rebuilt_by_holder(lease, value)
         options = self._settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
-        _, error = self._drive(flow.settle(lease.token, rebuilt), lease.keys, options, None)
+        _, error = self._drive(
+            flow.settle(lease.token, rebuilt, None, lease._acquired_at if store_if_lapsed else None),
+            lease.keys,
+            options,
+            None,
+        )
         if error is not None:
             raise error
         return flow.committed

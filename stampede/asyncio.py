@@ -23,7 +23,19 @@ from ._envelope import Entry
 from ._events import logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._flights import Flight, Flights
-from ._flow import Commit, Lookup, Op, Rebuild, Rebuilt, Release, Wait, poll_interval, renew_interval
+from ._flow import (
+    RELEASED,
+    Commit,
+    Lookup,
+    Op,
+    Rebuild,
+    Rebuilt,
+    Release,
+    Wait,
+    Waited,
+    poll_interval,
+    renew_interval,
+)
 from ._keys import Keys
 from ._options import Options
 
@@ -309,7 +321,7 @@ class Stampede(StampedeBase):
             value = await value
         return value
 
-    async def _wait(self, op: Wait, keys: Keys) -> bytes | None:
+    async def _wait(self, op: Wait, keys: Keys) -> Waited:
         deadline = self._clock.monotonic() + op.timeout
         with self._redis_errors(keys.name, "wait for the rebuild"):
             pubsub = self._client.pubsub()
@@ -320,20 +332,23 @@ class Stampede(StampedeBase):
                 while True:
                     remaining = deadline - self._clock.monotonic()
                     if remaining <= 0:
-                        return None
+                        return Waited()
                     message = await pubsub.get_message(timeout=remaining)
                     if message is not None and message["type"] == "subscribe":
                         break
+                released = False
                 while True:
                     raw, pttl = await self._scripts["probe"](keys=[keys.value, keys.lease])
                     if raw is not None and raw != op.unusable:
-                        return raw  # type: ignore[no-any-return]
+                        return Waited(raw)
                     if pttl == -2:
-                        return None  # freed without a (new) value: the caller may take over
+                        return Waited(None, released)  # freed without a (new) value
                     remaining = deadline - self._clock.monotonic()
                     if remaining <= 0:
-                        return None
-                    await pubsub.get_message(timeout=poll_interval(remaining, pttl))
+                        return Waited()
+                    message = await pubsub.get_message(timeout=poll_interval(remaining, pttl))
+                    if message is not None and message["type"] == "message" and message["data"] == RELEASED:
+                        released = True
             finally:
                 await asyncio.shield(pubsub.aclose())
 
@@ -391,20 +406,31 @@ class Stampede(StampedeBase):
             if entry is not None and self._is_hit(keys, entry, options):
                 return Read(True, entry.value)
             lookup = Lookup(entry)
-        flow = self._flow(keys, options)
+        flow = self._flow(keys, options, take_over=False)
         outcome = await self._drive(flow.run(lookup), keys, options, None)
         if isinstance(outcome, Paused):
             return self._lease_for(keys, options, flow, outcome)
         return Read(True, outcome)
 
     async def commit(
-        self, lease: Lease, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+        self,
+        lease: Lease,
+        value: Any,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        store_if_lapsed: bool = False,
     ) -> bool:
         """See :meth:`stampede.Stampede.commit`."""
         rebuilt = self._rebuilt_by_holder(lease, value)
         options = self._settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
-        _, error = await self._drive(flow.settle(lease.token, rebuilt), lease.keys, options, None)
+        _, error = await self._drive(
+            flow.settle(lease.token, rebuilt, None, lease._acquired_at if store_if_lapsed else None),
+            lease.keys,
+            options,
+            None,
+        )
         if error is not None:
             raise error
         return flow.committed

@@ -14,7 +14,19 @@ import pytest
 
 from stampede import EventKind, PickleSerializer, RedisUnavailableError, SerializationError, WaitTimeoutError
 from stampede._envelope import Entry, decode, encode
-from stampede._flow import Acquire, Acquired, Commit, Flow, Lookup, Op, Rebuild, Rebuilt, Release, Wait
+from stampede._flow import (
+    Acquire,
+    Acquired,
+    Commit,
+    Flow,
+    Lookup,
+    Op,
+    Rebuild,
+    Rebuilt,
+    Release,
+    Wait,
+    Waited,
+)
 from stampede._keys import KeySpace
 from stampede._options import Options
 from tests.fakes import FakeClock
@@ -83,7 +95,7 @@ def redis_that(
         if isinstance(op, Commit):
             return committed
         if isinstance(op, Wait):
-            return waited
+            return Waited(waited)
         return None
 
     return answer
@@ -141,7 +153,7 @@ def test_missing_value_waits_for_the_holder_and_returns_what_landed() -> None:
 
 def test_waiter_takes_over_when_the_lease_is_freed_without_a_value() -> None:
     clock = FakeClock()
-    answers = iter([Acquired(False, None, 800), None, Acquired(True, None)])
+    answers = iter([Acquired(False, None, 800), Waited(), Acquired(True, None)])
 
     def answer(op: Op) -> Any:
         if isinstance(op, Rebuild):
@@ -162,7 +174,7 @@ def test_wait_timeout_policy(policy: str) -> None:
     def answer(op: Op) -> Any:
         if isinstance(op, Wait):
             clock.advance(op.timeout)  # nobody committed
-            return None
+            return Waited()
         return redis_that(won=False)(op)
 
     flow = make_flow(clock, events, wait_timeout=3, on_wait_timeout=policy).run(Lookup(None))
@@ -337,3 +349,28 @@ def test_an_interrupted_lease_request_drops_the_lease_it_may_have_won(failure: B
         drive(make_flow(FakeClock(), []).run(Lookup(None)), answer)
     assert kinds(seen) == [Acquire, Release]
     assert seen[1].token == seen[0].token  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("released", "expected"),
+    [(True, [Acquire, Wait, Rebuild]), (False, [Acquire, Wait, Acquire, Rebuild, Commit])],
+)
+def test_a_reader_goes_on_alone_after_a_release_but_takes_over_after_an_expiry(
+    released: bool, expected: list[type]
+) -> None:
+    # read() hands the rebuild to its caller: after a holder gave its lease up
+    # (announced), queueing for the lease again would serialise the callers of
+    # a key nobody stores; after a holder died (expiry), someone must take over.
+    answers = iter([Acquired(False, None, 800), Waited(None, released), Acquired(True, None)])
+
+    def answer(op: Op) -> Any:
+        if isinstance(op, Rebuild):
+            return Rebuilt("mine", None, 0.1)
+        if isinstance(op, Commit):
+            return True
+        return next(answers)
+
+    flow = make_flow(FakeClock(), [])
+    flow.take_over = False
+    _, ops = drive(flow.run(Lookup(None)), answer)
+    assert kinds(ops) == expected

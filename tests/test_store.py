@@ -12,7 +12,7 @@ import redis
 
 from stampede import ConfigurationError, Read
 from stampede._keys import KeySpace
-from tests.helpers import run_threads
+from tests.helpers import run_threads, wait_until
 
 
 def test_read_a_fresh_value(make_driver: Any) -> None:
@@ -171,3 +171,47 @@ def test_clear_removes_only_this_namespace(make_driver: Any, client: redis.Redis
     assert sf.clear() == 1201
     assert sf.get_many(["k0", "k1199"]) == {}
     assert other.get("k").value == "kept"
+
+
+def test_a_released_lease_does_not_make_the_waiters_queue(make_driver: Any, client: redis.Redis) -> None:
+    sf = make_driver(on_wait_timeout="raise")
+    holder = sf.read("flag")  # a key nobody stores: its holder will give up
+    results: list[Read] = []
+    waiters = [
+        threading.Thread(target=lambda: results.append(sf.read("flag", wait_timeout=30))) for _ in range(5)
+    ]
+    for waiter in waiters:
+        waiter.start()
+    wait_until(lambda: client.pubsub_numsub(holder.lease.keys.channel)[0][1] == 5)  # all waiting
+    sf.release(holder.lease)
+    for waiter in waiters:
+        waiter.join(30)
+    # Every waiter goes on at once with a miss, none is handed a new lease to
+    # hold the others up with.
+    assert results == [Read(False, None, None)] * 5
+
+
+def test_store_if_lapsed(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
+    sf = make_driver()
+    # Lapsed, nobody else holds it, nothing newer: a late set still stores.
+    late = sf.read("a", lease_ttl=0.05).lease
+    wait_until(lambda: client.exists(keys("a").lease) == 0)
+    assert sf.commit(late, "late", store_if_lapsed=True) is True
+    assert sf.get("a").value == "late"
+    # Lapsed, and a newer value was stored meanwhile: it stays.
+    sf.delete("b")
+    stale = sf.read("b", lease_ttl=0.05).lease
+    wait_until(lambda: client.exists(keys("b").lease) == 0)
+    sf.set("b", "newer", ttl=60)
+    assert sf.commit(stale, "older", store_if_lapsed=True) is False
+    assert sf.get("b").value == "newer"
+    # Lapsed and taken by someone else: theirs will land.
+    taken = sf.read("c", lease_ttl=0.05).lease
+    wait_until(lambda: client.exists(keys("c").lease) == 0)
+    other = sf.read("c").lease
+    assert sf.commit(taken, "mine", store_if_lapsed=True) is False
+    assert sf.commit(other, "theirs") is True
+    # Without the flag, a lapsed lease stores nothing.
+    strict = sf.read("d", lease_ttl=0.05).lease
+    wait_until(lambda: client.exists(keys("d").lease) == 0)
+    assert sf.commit(strict, "late") is False
