@@ -161,8 +161,13 @@ class StampedeBase:
 
     @property
     def client(self) -> Any:
-        """The redis-py client this instance talks through."""
+        """The redis-py client this instance talks through (the primary)."""
         return self._client
+
+    @property
+    def replicas(self) -> tuple[Any, ...]:
+        """The clients plain reads may go to, if any."""
+        return self._replicas
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(namespace={self.namespace!r}, {self.options!r})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -106,16 +106,31 @@ def options_of(params: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def _hashable(value: Any) -> Any:
+    """``value`` in a form that can be compared and hashed (lists of retry
+    errors, dicts of keepalive options...), for telling equal settings apart."""
+    if isinstance(value, (list, tuple)):
+        return tuple(_hashable(item) for item in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(key), _hashable(item)) for key, item in value.items()))
+    try:
+        hash(value)
+    except TypeError:
+        return repr(value)
+    return value
+
+
 @dataclass(frozen=True)
 class CacheConfig:
     """One cache's settings, checked; equal settings share connections."""
 
     servers: tuple[str, ...]
-    pool_options: tuple[tuple[str, Any], ...]
+    pool_options: tuple[tuple[str, Any], ...] = field(compare=False)  # as given, for redis-py
     options: stampede.Options
     namespace: str
     serializer: Any  # the setting (a name, path or object): compared, not built, per instance
     on_event: Any
+    pool_key: Any = None  # pool_options, hashable: what comparisons use
 
     @classmethod
     def from_django(cls, location: Any, params: dict[str, Any]) -> CacheConfig:
@@ -158,6 +173,7 @@ class CacheConfig:
         return cls(
             servers=_servers(location),
             pool_options=tuple(sorted(pool.items())),
+            pool_key=_hashable(pool),
             options=options,
             namespace=namespace,
             serializer=_checked_serializer(raw.get("SERIALIZER", "pickle")),

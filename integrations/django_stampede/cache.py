@@ -14,30 +14,28 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from typing import Any
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
+from django.core.signals import request_finished, request_started
 
-from stampede import Entry, Lease, Read, SerializationError, Stampede
+from stampede import Entry, Read, SerializationError, Stampede
 from stampede.asyncio import Stampede as AsyncStampede
 
 from . import _leases as leases
 from ._config import CacheConfig, options_of
 from ._registry import async_core, sync_core
 
+# Settle each request's leases when it ends (not in close(): under ASGI
+# Django closes caches from another context than the view's).
+request_started.connect(leases.begin_request, dispatch_uid="django_stampede.begin_request")
+request_finished.connect(leases.end_request, dispatch_uid="django_stampede.end_request")
+
 __all__ = ["StampedeCache"]
 
 # cache_page stores a page under two keys: the list of headers the page
 # varies on, then the page itself, and reads them in that order.
 _HEADER_KEY_PREFIX = "views.decorators.cache.cache_header."
-
-# Header lists whose commit waits for the page set that follows them:
-# (namespace, lease, value, ttl), per request.
-_Deferred = tuple[str, Lease, Any, "int | None"]
-_deferred: ContextVar[tuple[_Deferred, ...]] = ContextVar("django_stampede_deferred", default=())
-
-_MISSING = object()
 
 
 class StampedeCache(BaseCache):
@@ -51,7 +49,6 @@ class StampedeCache(BaseCache):
         super().__init__(params)
         self._config = CacheConfig.from_django(server, params)
         self._core = sync_core(self._config)  # shared with every instance alike; validates
-        self._space = self._config.namespace
 
     # --- what only this backend has ---------------------------------------------
 
@@ -90,13 +87,13 @@ class StampedeCache(BaseCache):
 
     def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         made = self.make_and_validate_key(key, version=version)
-        if leases.holds(self._space, made) or _is_header_key(key):
+        if leases.holds(self._config, made) or _is_header_key(key):
             # Our own rebuild (never wait for ourselves), or a header list:
             # served stale, so that only the page's own lease decides who renders.
             entry = self._core.get(made)
             if entry is not None and (entry.is_fresh() or _is_header_key(key)):
                 return entry.value
-            if leases.holds(self._space, made):
+            if leases.holds(self._config, made):
                 return default
         read = self._core.read(made)
         return self._after_read(made, read, default)
@@ -104,11 +101,11 @@ class StampedeCache(BaseCache):
     async def aget(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         made = self.make_and_validate_key(key, version=version)
         core = self.astampede
-        if leases.holds(self._space, made) or _is_header_key(key):
+        if leases.holds(self._config, made) or _is_header_key(key):
             entry = await core.get(made)
             if entry is not None and (entry.is_fresh() or _is_header_key(key)):
                 return entry.value
-            if leases.holds(self._space, made):
+            if leases.holds(self._config, made):
                 return default
         read = await core.read(made)
         return self._after_read(made, read, default)
@@ -117,7 +114,7 @@ class StampedeCache(BaseCache):
         if read.found:
             return read.value
         if read.lease is not None:
-            leases.hold(self._space, made, read.lease)
+            leases.hold(self._config, made, read.lease)
         return default
 
     def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
@@ -140,16 +137,16 @@ class StampedeCache(BaseCache):
         with _as_django():
             made = self.make_and_validate_key(key, version=version)
             ttl = self.get_backend_timeout(timeout)
-            lease = leases.take(self._space, made)
+            lease = leases.take(self._config, made)
             if ttl == 0:
                 self._core.delete(made)
             elif lease is None:
                 self._core.set(made, value, ttl=ttl)
             elif _is_header_key(key):
-                _deferred.set((*_deferred.get(), (self._space, lease, value, ttl)))
+                leases.defer(self._config, lease, value, ttl)
                 return
             else:
-                self._core.commit(lease, value, ttl=ttl)
+                self._core.commit(lease, value, ttl=ttl, store_if_lapsed=True)
             self._commit_deferred()
 
     async def aset(
@@ -158,41 +155,34 @@ class StampedeCache(BaseCache):
         with _as_django():
             made = self.make_and_validate_key(key, version=version)
             ttl = self.get_backend_timeout(timeout)
-            lease = leases.take(self._space, made)
+            lease = leases.take(self._config, made)
             core = self.astampede
             if ttl == 0:
                 await core.delete(made)
             elif lease is None:
                 await core.set(made, value, ttl=ttl)
             elif _is_header_key(key):
-                _deferred.set((*_deferred.get(), (self._space, lease, value, ttl)))
+                leases.defer(self._config, lease, value, ttl)
                 return
             else:
-                await core.commit(lease, value, ttl=ttl)
+                await core.commit(lease, value, ttl=ttl, store_if_lapsed=True)
             await self._acommit_deferred()
 
     def _commit_deferred(self) -> None:
         # The page is stored: now announce its header list, so that requests
         # woken by it find the page too.
-        for lease, value, ttl in self._take_deferred():
-            self._core.commit(lease, value, ttl=ttl)
+        for lease, value, ttl in leases.take_deferred(self._config):
+            self._core.commit(lease, value, ttl=ttl, store_if_lapsed=True)
 
     async def _acommit_deferred(self) -> None:
-        for lease, value, ttl in self._take_deferred():
-            await self.astampede.commit(lease, value, ttl=ttl)
-
-    def _take_deferred(self) -> list[tuple[Lease, Any, int | None]]:
-        pending = _deferred.get()
-        if not pending:
-            return []
-        _deferred.set(tuple(item for item in pending if item[0] != self._space))
-        return [(lease, value, ttl) for space, lease, value, ttl in pending if space == self._space]
+        for lease, value, ttl in leases.take_deferred(self._config):
+            await self.astampede.commit(lease, value, ttl=ttl, store_if_lapsed=True)
 
     def add(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
         with _as_django():
             made = self.make_and_validate_key(key, version=version)
             ttl = self.get_backend_timeout(timeout)
-            lease = leases.take(self._space, made)
+            lease = leases.take(self._config, made)
             added = self._core.add(made, value, ttl=1 if ttl == 0 else ttl)
             if added and ttl == 0:
                 self._core.delete(made)  # what would have been added, but stored for no time
@@ -206,7 +196,7 @@ class StampedeCache(BaseCache):
         with _as_django():
             made = self.make_and_validate_key(key, version=version)
             ttl = self.get_backend_timeout(timeout)
-            lease = leases.take(self._space, made)
+            lease = leases.take(self._config, made)
             core = self.astampede
             added = await core.add(made, value, ttl=1 if ttl == 0 else ttl)
             if added and ttl == 0:
@@ -231,12 +221,12 @@ class StampedeCache(BaseCache):
 
     def delete(self, key: Any, version: int | None = None) -> bool:
         made = self.make_and_validate_key(key, version=version)
-        leases.take(self._space, made)  # the write cancels it in Redis
+        leases.take(self._config, made)  # the write cancels it in Redis
         return self._core.delete(made)
 
     async def adelete(self, key: Any, version: int | None = None) -> bool:
         made = self.make_and_validate_key(key, version=version)
-        leases.take(self._space, made)
+        leases.take(self._config, made)
         return await self.astampede.delete(made)
 
     def set_many(
@@ -271,20 +261,20 @@ class StampedeCache(BaseCache):
         safe = {}
         for key, value in data.items():
             made = self.make_and_validate_key(key, version=version)
-            leases.take(self._space, made)  # the writes cancel them in Redis
+            leases.take(self._config, made)  # the writes cancel them in Redis
             safe[made] = value
         return safe
 
     def delete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
         made = [self.make_and_validate_key(key, version=version) for key in keys]
         for name in made:
-            leases.take(self._space, name)
+            leases.take(self._config, name)
         self._core.delete_many(made)  # sends nothing for no keys
 
     async def adelete_many(self, keys: Iterable[Any], version: int | None = None) -> None:
         made = [self.make_and_validate_key(key, version=version) for key in keys]
         for name in made:
-            leases.take(self._space, name)
+            leases.take(self._config, name)
         await self.astampede.delete_many(made)
 
     def incr(self, key: Any, delta: int = 1, version: int | None = None) -> int:
@@ -302,14 +292,12 @@ class StampedeCache(BaseCache):
         return value
 
     def clear(self) -> bool:
-        leases.drop_all(self._space)
-        self._take_deferred()
+        leases.forget_all(self._config)
         self._core.clear()
         return True
 
     async def aclear(self) -> bool:
-        leases.drop_all(self._space)
-        self._take_deferred()
+        leases.forget_all(self._config)
         await self.astampede.clear()
         return True
 
@@ -321,7 +309,7 @@ class StampedeCache(BaseCache):
         with _as_django():
             made = self.make_and_validate_key(key, version=version)
             ttl = self.get_backend_timeout(timeout)
-            lease = leases.take(self._space, made)
+            lease = leases.take(self._config, made)
             if lease is not None or ttl == 0:
                 # This request already holds the lease (its get missed), or
                 # nothing is to be stored: compute here.
@@ -329,7 +317,7 @@ class StampedeCache(BaseCache):
                 if lease is not None and ttl == 0:
                     self._core.release(lease)
                 elif lease is not None:
-                    self._core.commit(lease, value, ttl=ttl)
+                    self._core.commit(lease, value, ttl=ttl, store_if_lapsed=True)
                 return value
             return self._core.get_or_rebuild(made, _rebuilder(default), ttl=ttl)
 
@@ -339,31 +327,46 @@ class StampedeCache(BaseCache):
         with _as_django():
             made = self.make_and_validate_key(key, version=version)
             ttl = self.get_backend_timeout(timeout)
-            lease = leases.take(self._space, made)
+            lease = leases.take(self._config, made)
             core = self.astampede
             if lease is not None or ttl == 0:
                 value = default() if callable(default) else default
                 if lease is not None and ttl == 0:
                     await core.release(lease)
                 elif lease is not None:
-                    await core.commit(lease, value, ttl=ttl)
+                    await core.commit(lease, value, ttl=ttl, store_if_lapsed=True)
                 return value
             return await core.get_or_rebuild(made, _rebuilder(default), ttl=ttl)
+
+    # --- versions ----------------------------------------------------------------
+
+    def incr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
+        # BaseCache's version reads through get(), which could hand this call a lease.
+        version = self.version if version is None else version
+        entry = self._core.get(self.make_and_validate_key(key, version=version))
+        if entry is None:
+            raise ValueError(f"Key '{key}' not found")
+        self.set(key, entry.value, version=version + delta)
+        self.delete(key, version=version)
+        return version + delta
+
+    async def aincr_version(self, key: Any, delta: int = 1, version: int | None = None) -> int:
+        version = self.version if version is None else version
+        entry = await self.astampede.get(self.make_and_validate_key(key, version=version))
+        if entry is None:
+            raise ValueError(f"Key '{key}' not found")
+        await self.aset(key, entry.value, version=version + delta)
+        await self.adelete(key, version=version)
+        return version + delta
 
     # --- the end of a request -------------------------------------------------------
 
     def close(self, **kwargs: Any) -> None:
-        """Cheap: connections stay pooled. Stores header lists still waiting for
-        their page, and frees the leases of misses this request never set
-        (its view raised), so that others rebuild at once."""
-        self._commit_deferred()
-        for lease in leases.drop_all(self._space):
-            self._core.release(lease)
+        """Cheap: connections stay pooled, and the request's leases are settled
+        by a ``request_finished`` receiver of this module."""
 
     async def aclose(self, **kwargs: Any) -> None:
-        await self._acommit_deferred()
-        for lease in leases.drop_all(self._space):
-            await self.astampede.release(lease)
+        """See :meth:`close`."""
 
 
 @contextmanager
