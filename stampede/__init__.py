@@ -12,6 +12,7 @@ from __future__ import annotations
 from ._base import Lease as Lease
 from ._base import Read as Read
 from ._cached import CachedFunction as CachedFunction
+from ._cached import function_key as function_key
 from ._default import configure as configure
 from ._default import default as default
 from ._default import get_or_rebuild as get_or_rebuild
@@ -52,5 +53,6 @@ __all__ = [
     "WaitTimeoutError",
     "configure",
     "default",
+    "function_key",
     "get_or_rebuild",
 ]

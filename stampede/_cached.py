@@ -9,7 +9,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["CachedFunction", "key_builder"]
+__all__ = ["CachedFunction", "function_key", "key_builder"]
 
 R = TypeVar("R", covariant=True)
 
@@ -46,6 +46,14 @@ class CachedFunction(Protocol, Generic[R]):
         function.invalidate = lambda *args, **kwargs: invalidate(key_of(*args, **kwargs))
         function.delete = lambda *args, **kwargs: delete(key_of(*args, **kwargs))
         return cast(CachedFunction[Any], function)
+
+
+def function_key(func: Callable[..., Any]) -> Callable[..., str]:
+    """The function that turns a call of ``func`` into its cache key:
+    ``"module.qualname(arg=repr, ...)"``, the same however the arguments are
+    spelled, hashed past 200 characters. Refuses arguments whose ``repr``
+    differs between processes (``<object at 0x...>``)."""
+    return key_builder(func, None)
 
 
 def key_builder(func: Callable[..., Any], key: str | Callable[..., str] | None) -> Callable[..., str]:

@@ -38,6 +38,7 @@ __all__ = [
     "Release",
     "Wait",
     "Waited",
+    "announces_release",
     "new_token",
     "poll_interval",
     "renew_interval",
@@ -149,6 +150,12 @@ class Waited(NamedTuple):
 
 #: What the release of a lease without a value announces on the channel.
 RELEASED = b"0"
+
+
+def announces_release(message: dict[str, Any] | None) -> bool:
+    """Whether a pub/sub message says a lease was released without a value."""
+    return message is not None and message["type"] == "message" and message["data"] == RELEASED
+
 
 Op = Acquire | Rebuild | Commit | Release | Wait
 

@@ -59,6 +59,11 @@ class KeySpace:
         # SCAN pattern for every key under the namespace, glob characters escaped.
         self.pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", namespace.encode()) + b":*"
 
+    def prefix_pattern(self, prefix: str) -> bytes:
+        """SCAN pattern for the values of every key starting with ``prefix``."""
+        escaped = re.sub(rb"([*?\[\]\\])", rb"\\\1", prefix.encode("utf-8", "surrogatepass"))
+        return re.sub(rb"([*?\[\]\\])", rb"\\\1", self._prefix) + escaped + b"*"
+
     def __call__(self, key: str | bytes) -> Keys:
         if isinstance(key, str):
             raw = key.encode("utf-8", "surrogatepass")

@@ -19,7 +19,6 @@ from ._events import logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._flights import Flight, Flights
 from ._flow import (
-    RELEASED,
     Lookup,
     Op,
     Rebuild,
@@ -27,6 +26,7 @@ from ._flow import (
     Release,
     Wait,
     Waited,
+    announces_release,
     poll_interval,
     renew_interval,
 )
@@ -339,13 +339,16 @@ class Stampede(StampedeBase):
                     if raw is not None and raw != op.unusable:
                         return Waited(raw)
                     if pttl == -2:
-                        return Waited(None, released)  # freed without a (new) value
+                        # Freed without a (new) value. Its announcement may be
+                        # waiting unread: it tells a release from an expiry.
+                        while not released and (pending := pubsub.get_message(timeout=0)) is not None:
+                            released = announces_release(pending)
+                        return Waited(None, released)
                     remaining = deadline - self._clock.monotonic()
                     if remaining <= 0:
                         return Waited()
                     message = pubsub.get_message(timeout=poll_interval(remaining, pttl))
-                    if message is not None and message["type"] == "message" and message["data"] == RELEASED:
-                        released = True
+                    released = released or announces_release(message)
             finally:
                 pubsub.close()
 
@@ -532,16 +535,28 @@ class Stampede(StampedeBase):
                 self._scripts[script](keys=[names.value, names.lease, names.scratch], args=args, client=pipe)
             return pipe.execute()  # type: ignore[no-any-return]
 
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
+
+        For invalidating a family of keys, such as every call of a function.
+        """
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}")
+        return self._unlink_matching(self._keys.prefix_pattern(prefix))
+
     def clear(self) -> int:
         """Delete every key of this namespace (values and leases); returns how many.
 
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
         """
+        return self._unlink_matching(self._keys.pattern)
+
+    def _unlink_matching(self, pattern: bytes) -> int:
         deleted = 0
-        with self._redis_errors("", "clear the namespace"):
+        with self._redis_errors("", "delete keys by pattern"):
             batch: list[bytes] = []
-            for name in self._client.scan_iter(match=self._keys.pattern, count=1000):
+            for name in self._client.scan_iter(match=pattern, count=1000):
                 batch.append(name)
                 if len(batch) == 500:
                     deleted += self._client.unlink(*batch)

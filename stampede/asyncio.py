@@ -9,8 +9,11 @@ that a slow rebuild never blocks the event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
+import threading
+import weakref
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable, Iterable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -24,7 +27,6 @@ from ._events import logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._flights import Flight, Flights
 from ._flow import (
-    RELEASED,
     Commit,
     Lookup,
     Op,
@@ -33,13 +35,14 @@ from ._flow import (
     Release,
     Wait,
     Waited,
+    announces_release,
     poll_interval,
     renew_interval,
 )
 from ._keys import Keys
 from ._options import Options
 
-__all__ = ["Stampede"]
+__all__ = ["Stampede", "for_running_loop"]
 
 T = TypeVar("T")
 
@@ -342,13 +345,16 @@ class Stampede(StampedeBase):
                     if raw is not None and raw != op.unusable:
                         return Waited(raw)
                     if pttl == -2:
-                        return Waited(None, released)  # freed without a (new) value
+                        # Freed without a (new) value. Its announcement may be
+                        # waiting unread: it tells a release from an expiry.
+                        while not released and (pending := await pubsub.get_message(timeout=0)) is not None:
+                            released = announces_release(pending)
+                        return Waited(None, released)
                     remaining = deadline - self._clock.monotonic()
                     if remaining <= 0:
                         return Waited()
                     message = await pubsub.get_message(timeout=poll_interval(remaining, pttl))
-                    if message is not None and message["type"] == "message" and message["data"] == RELEASED:
-                        released = True
+                    released = released or announces_release(message)
             finally:
                 await asyncio.shield(pubsub.aclose())
 
@@ -502,12 +508,28 @@ class Stampede(StampedeBase):
                 )
             return await pipe.execute()  # type: ignore[no-any-return]
 
+    async def delete_prefix(self, prefix: str) -> int:
+        """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
+
+        For invalidating a family of keys, such as every call of a function.
+        """
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}")
+        return await self._unlink_matching(self._keys.prefix_pattern(prefix))
+
     async def clear(self) -> int:
-        """See :meth:`stampede.Stampede.clear`."""
+        """Delete every key of this namespace (values and leases); returns how many.
+
+        Walks the keyspace with ``SCAN``: cost grows with the database, not
+        with the namespace.
+        """
+        return await self._unlink_matching(self._keys.pattern)
+
+    async def _unlink_matching(self, pattern: bytes) -> int:
         deleted = 0
-        with self._redis_errors("", "clear the namespace"):
+        with self._redis_errors("", "delete keys by pattern"):
             batch: list[bytes] = []
-            async for name in self._client.scan_iter(match=self._keys.pattern, count=1000):
+            async for name in self._client.scan_iter(match=pattern, count=1000):
                 batch.append(name)
                 if len(batch) == 500:
                     deleted += await self._client.unlink(*batch)
@@ -564,3 +586,47 @@ class Stampede(StampedeBase):
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._owns_client:
             await self._client.aclose()
+
+
+# --- one instance per event loop -------------------------------------------------
+
+_per_loop_lock = threading.Lock()
+_per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, Stampede]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def for_running_loop(key: Hashable, factory: Callable[[], Stampede]) -> Stampede:
+    """The instance made by ``factory`` for ``key`` on the running event loop.
+
+    ``redis.asyncio`` connections belong to one loop, so frameworks that run
+    async code on several loops (a loop per request under WSGI, a loop per
+    thread) need one instance per loop. Instances of loops that have since
+    closed are dropped and their sockets closed, so short-lived loops leave
+    nothing behind.
+    """
+    loop = asyncio.get_running_loop()
+    with _per_loop_lock:
+        for closed in [other for other in _per_loop if other.is_closed()]:
+            for instance in _per_loop.pop(closed).values():
+                _abandon(instance)
+        instances = _per_loop.setdefault(loop, {})
+        if key not in instances:
+            instances[key] = factory()
+        return instances[key]
+
+
+def _abandon(instance: Stampede) -> None:
+    """Close the sockets of an instance whose loop is closed (so cannot be awaited)."""
+    for client in (instance.client, *instance.replicas):
+        pool = client.connection_pool
+        for connection in [*pool._available_connections, *pool._in_use_connections]:
+            transport: Any = getattr(getattr(connection, "_writer", None), "transport", None)
+            sock = getattr(transport, "_sock", None)
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
+                # What transport.close() would record, had it a loop to run on.
+                transport._sock = None
+                transport._closing = True
+            connection._reader = connection._writer = None

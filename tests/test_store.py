@@ -215,3 +215,23 @@ def test_store_if_lapsed(make_driver: Any, client: redis.Redis, keys: KeySpace) 
     strict = sf.read("d", lease_ttl=0.05).lease
     wait_until(lambda: client.exists(keys("d").lease) == 0)
     assert sf.commit(strict, "late") is False
+
+
+def test_delete_prefix(make_driver: Any) -> None:
+    sf = make_driver()
+    sf.set_many({"user:1": 1, "user:2": 2, "user*[x]": 3, "other": 4}, ttl=60)
+    assert sf.delete_prefix("user:") == 2
+    assert sf.get_many(["user:1", "user:2", "user*[x]", "other"]) == {"user*[x]": 3, "other": 4}
+    assert sf.delete_prefix("user*") == 1  # glob characters are literal
+    with pytest.raises(ConfigurationError, match="prefix must be a non-empty str"):
+        sf.delete_prefix("")
+
+
+def test_function_key_is_public_and_stable() -> None:
+    import stampede
+
+    def lookup(user: int, fresh: bool = False) -> None: ...
+
+    key_of = stampede.function_key(lookup)
+    assert key_of(1) == key_of(user=1, fresh=False)
+    assert key_of(1) != key_of(2)
