@@ -1,0 +1,216 @@
+"""A Flask-Caching backend: ``CACHE_TYPE = "flask_stampede.StampedeCache"``.
+
+Existing ``@cache.cached`` and ``@cache.memoize`` code gets stale serving and
+single flight unchanged: Flask-Caching calls ``get`` and, on a miss, ``set``;
+here one request's ``get`` misses and takes the lease while the others get
+the stale value (or wait for the set), and that request's ``set`` commits.
+Leases belong to the app context (the request) and are settled when it ends.
+Flask-Caching's timeouts: ``None`` is the default, ``0`` forever.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import redis
+from flask import Flask, g, has_app_context
+from flask_caching.backends.base import BaseCache
+
+import stampede
+
+from ._config import build_serializer
+
+__all__ = ["StampedeCache"]
+
+_CORE_OPTIONS = {
+    "stale_ttl",
+    "lease_ttl",
+    "max_lease_time",
+    "wait_timeout",
+    "on_wait_timeout",
+    "beta",
+    "fail_open",
+}
+_OWN_OPTIONS = {"namespace", "serializer", "redis_options"}
+_HELD = "_flask_stampede_leases"
+
+
+@contextmanager
+def _as_cachelib() -> Iterator[None]:
+    # cachelib's contract: "Pickling errors ... raise a subclass of pickle.PickleError".
+    try:
+        yield
+    except stampede.SerializationError as exc:
+        if exc.__cause__ is None:
+            raise
+        raise exc.__cause__ from None
+
+
+class StampedeCache(BaseCache):
+    """Flask-Caching's cache API on stampede."""
+
+    def __init__(
+        self,
+        core: stampede.Stampede,
+        default_timeout: int = 300,
+        ignore_delete_many_errors: bool = False,
+        key_prefix: str = "",
+    ) -> None:
+        super().__init__(default_timeout=default_timeout, ignore_delete_many_errors=ignore_delete_many_errors)
+        self.stampede = core
+        self.key_prefix = key_prefix
+        self._outside: dict[str, stampede.Lease] = {}  # leases taken outside any app context
+
+    @classmethod
+    def factory(
+        cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
+    ) -> StampedeCache:
+        """Built by Flask-Caching from ``CACHE_REDIS_URL`` (else ``STAMPEDE_REDIS_URL``
+        or ``REDIS_URL``), ``CACHE_KEY_PREFIX`` and ``CACHE_OPTIONS``, which takes
+        stampede's options in lower case (``stale_ttl``, ``lease_ttl``...) plus
+        ``namespace``, ``serializer`` and ``redis_options``."""
+        options = dict(kwargs)
+        default_timeout = options.pop("default_timeout", 300)
+        ignore_errors = options.pop("ignore_delete_many_errors", False)
+        unknown = sorted(set(options) - _CORE_OPTIONS - _OWN_OPTIONS)
+        if unknown:
+            raise stampede.ConfigurationError(
+                f"flask_stampede: CACHE_OPTIONS[{unknown[0]!r}] is not a known option; the known ones are "
+                + ", ".join(sorted(_CORE_OPTIONS | _OWN_OPTIONS))
+            )
+        url = (
+            config.get("CACHE_REDIS_URL")
+            or os.environ.get("STAMPEDE_REDIS_URL")
+            or os.environ.get("REDIS_URL")
+        )
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise stampede.ConfigurationError(
+                f"flask_stampede: CACHE_REDIS_URL must be a Redis URL, got {url!r}"
+            )
+        redis_options = {
+            "socket_timeout": 5.0,
+            "socket_connect_timeout": 5.0,
+            **options.pop("redis_options", {}),
+        }
+        serializer = build_serializer(options.pop("serializer", "pickle"), "CACHE_OPTIONS['serializer']")
+        core = stampede.Stampede(
+            redis.Redis.from_url(url, **redis_options),
+            namespace=options.pop("namespace", "flask-caching"),
+            serializer=serializer,
+            **options,
+        )
+        cache = cls(core, default_timeout, ignore_errors, config.get("CACHE_KEY_PREFIX") or "")
+        app.teardown_appcontext(cache._settle)
+        return cache
+
+    # --- the leases of the current request --------------------------------------
+
+    def _held(self) -> dict[str, stampede.Lease]:
+        if not has_app_context():
+            return self._outside
+        held: dict[int, dict[str, stampede.Lease]] | None = g.get(_HELD)
+        if held is None:
+            held = {}
+            setattr(g, _HELD, held)
+        return held.setdefault(id(self), {})
+
+    def _settle(self, exc: BaseException | None = None) -> None:
+        # The request ends: free the leases of misses it never set (its view
+        # raised, or response_filter refused), so others rebuild at once.
+        held: dict[int, dict[str, stampede.Lease]] | None = g.get(_HELD)
+        if held:
+            for lease in held.pop(id(self), {}).values():
+                self.stampede.release(lease)
+
+    def _ttl(self, timeout: Any) -> float | None | bool:
+        """Flask-Caching's timeout as stampede's ttl; ``False``: expire at once."""
+        seconds = self._normalize_timeout(timeout)
+        if seconds == 0:
+            return None  # forever
+        return False if seconds < 0 else seconds
+
+    # --- the API --------------------------------------------------------------------
+
+    def get(self, key: str) -> Any:
+        name = self.key_prefix + key
+        if name in self._held():
+            entry = self.stampede.get(name)  # our own rebuild: never wait for ourselves
+            return entry.value if entry is not None and entry.is_fresh() else None
+        read = self.stampede.read(name)
+        if read.lease is not None:
+            self._held()[name] = read.lease
+        return read.value
+
+    def set(self, key: str, value: Any, timeout: Any = None) -> bool:
+        name = self.key_prefix + key
+        ttl = self._ttl(timeout)
+        lease = self._held().pop(name, None)
+        with _as_cachelib():
+            if ttl is False:
+                self.stampede.delete(name)
+            elif lease is not None:
+                self.stampede.commit(lease, value, ttl=ttl, store_if_lapsed=True)
+            else:
+                self.stampede.set(name, value, ttl=ttl)
+        return True
+
+    def add(self, key: str, value: Any, timeout: Any = None) -> bool:
+        name = self.key_prefix + key
+        ttl = self._ttl(timeout)
+        lease = self._held().pop(name, None)
+        with _as_cachelib():
+            added = False if ttl is False else self.stampede.add(name, value, ttl=ttl)
+        if lease is not None:
+            self.stampede.release(lease)
+        return added
+
+    def delete(self, key: str) -> bool:
+        name = self.key_prefix + key
+        self._held().pop(name, None)
+        return self.stampede.delete(name)
+
+    def get_many(self, *keys: str) -> list[Any]:
+        found = self.stampede.get_many([self.key_prefix + key for key in keys])
+        return [found.get(self.key_prefix + key) for key in keys]
+
+    def set_many(self, mapping: dict[str, Any], timeout: Any = None) -> list[Any]:
+        ttl = self._ttl(timeout)
+        named = {self.key_prefix + key: value for key, value in mapping.items()}
+        for name in named:
+            self._held().pop(name, None)
+        with _as_cachelib():
+            if ttl is False:
+                self.stampede.delete_many(named)
+            else:
+                self.stampede.set_many(named, ttl=ttl)
+        return list(mapping)
+
+    def delete_many(self, *keys: str) -> list[Any]:
+        names = [self.key_prefix + key for key in keys]
+        for name in names:
+            self._held().pop(name, None)
+        self.stampede.delete_many(names)
+        return list(keys)  # absent afterwards: deleted, in cachelib's terms
+
+    def has(self, key: str) -> bool:
+        return self.stampede.has_key(self.key_prefix + key)
+
+    def clear(self) -> bool:
+        self._held().clear()
+        self.stampede.clear()
+        return True
+
+    def inc(self, key: str, delta: int = 1) -> int | None:
+        name = self.key_prefix + key
+        while True:  # cachelib: a missing key starts at delta
+            value = self.stampede.incr(name, delta)
+            if value is not None:
+                return value
+            if self.stampede.add(name, delta, ttl=self._ttl(None) or None):
+                return delta
+
+    def dec(self, key: str, delta: int = 1) -> int | None:
+        return self.inc(key, -delta)

@@ -1,0 +1,114 @@
+"""``STAMPEDE_*`` settings: read once at ``init_app``, checked, named in every error."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from werkzeug.utils import import_string
+
+import stampede
+
+__all__ = ["Settings", "build_serializer"]
+
+_CORE = {
+    "STAMPEDE_TTL": "ttl",
+    "STAMPEDE_STALE_TTL": "stale_ttl",
+    "STAMPEDE_LEASE_TTL": "lease_ttl",
+    "STAMPEDE_MAX_LEASE_TIME": "max_lease_time",
+    "STAMPEDE_WAIT_TIMEOUT": "wait_timeout",
+    "STAMPEDE_ON_WAIT_TIMEOUT": "on_wait_timeout",
+    "STAMPEDE_BACKGROUND": "background",
+    "STAMPEDE_BETA": "beta",
+    "STAMPEDE_FAIL_OPEN": "fail_open",
+}
+_OWN = {
+    "STAMPEDE_REDIS_URL",
+    "STAMPEDE_REDIS_OPTIONS",
+    "STAMPEDE_NAMESPACE",
+    "STAMPEDE_SERIALIZER",
+    "STAMPEDE_CACHE_HEADER",
+    "STAMPEDE_CACHE_CONTROL",
+}
+_SERIALIZERS = {"pickle": stampede.PickleSerializer, "json": stampede.JsonSerializer}
+
+
+def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
+    return stampede.ConfigurationError(f"flask_stampede: {setting} {problem}")
+
+
+def build_serializer(setting: Any, name: str = "STAMPEDE_SERIALIZER") -> stampede.Serializer:
+    """A serializer from ``"pickle"``, ``"json"``, a dotted path, a class or an instance."""
+    value = setting
+    if isinstance(value, str):
+        if value.lower() in _SERIALIZERS:
+            value = _SERIALIZERS[value.lower()]
+        else:
+            try:
+                value = import_string(value)
+            except ImportError as exc:
+                raise _bad(name, f"cannot import {setting!r}: {exc}") from exc
+    if isinstance(value, type):
+        value = value()
+    if not isinstance(value, stampede.Serializer):
+        raise _bad(name, f"must be 'pickle', 'json' or a stampede serializer, got {setting!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    """An app's ``STAMPEDE_*`` settings, checked."""
+
+    redis_url: str
+    redis_options: dict[str, Any] = field(hash=False)
+    namespace: str
+    options: stampede.Options
+    serializer: stampede.Serializer
+    cache_header: str | None
+    cache_control: bool
+
+    @classmethod
+    def from_config(cls, config: Any) -> Settings:
+        unknown = sorted(
+            key for key in config if key.startswith("STAMPEDE_") and key not in _CORE and key not in _OWN
+        )
+        if unknown:
+            known = ", ".join(sorted(_CORE) + sorted(_OWN))
+            raise _bad(unknown[0], f"is not a known setting; the known ones are {known}")
+        try:
+            options = stampede.Options.from_mapping(
+                {field: config[key] for key, field in _CORE.items() if key in config}
+            )
+        except stampede.ConfigurationError as exc:
+            setting = next(
+                (key for key, name in _CORE.items() if str(exc).startswith(name + " ")), "STAMPEDE_*"
+            )
+            raise _bad(setting, f"is invalid: {exc}") from exc
+        url = (
+            config.get("STAMPEDE_REDIS_URL")
+            or os.environ.get("STAMPEDE_REDIS_URL")
+            or os.environ.get("REDIS_URL")
+        )
+        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+            raise _bad("STAMPEDE_REDIS_URL", f"must be a redis://, rediss:// or unix:// URL, got {url!r}")
+        redis_options = config.get("STAMPEDE_REDIS_OPTIONS", {})
+        if not isinstance(redis_options, dict):
+            raise _bad("STAMPEDE_REDIS_OPTIONS", f"must be a dict of redis-py options, got {redis_options!r}")
+        header = config.get("STAMPEDE_CACHE_HEADER")
+        if header is not None and (not isinstance(header, str) or not header):
+            raise _bad(
+                "STAMPEDE_CACHE_HEADER", f"must be a header name such as 'X-Cache', or None, got {header!r}"
+            )
+        cache_control = config.get("STAMPEDE_CACHE_CONTROL", False)
+        if not isinstance(cache_control, bool):
+            raise _bad("STAMPEDE_CACHE_CONTROL", f"must be True or False, got {cache_control!r}")
+        return cls(
+            redis_url=url,
+            redis_options={"socket_timeout": 5.0, "socket_connect_timeout": 5.0, **redis_options},
+            namespace=config.get("STAMPEDE_NAMESPACE", "flask"),
+            options=options,
+            serializer=build_serializer(config.get("STAMPEDE_SERIALIZER", "pickle")),
+            cache_header=header,
+            cache_control=cache_control,
+        )

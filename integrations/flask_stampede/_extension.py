@@ -1,0 +1,297 @@
+"""The Flask extension: ``Stampede(app)`` or ``Stampede()`` + ``init_app(app)``."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import inspect
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+import redis
+import redis.asyncio
+from flask import Flask, Response, copy_current_request_context, current_app, request
+
+import stampede
+import stampede.asyncio
+
+from ._config import Settings
+from ._responses import Snapshot, Uncacheable
+
+__all__ = ["Stampede"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<the app's setting>"
+
+
+#: An option left to the app's ``STAMPEDE_*`` setting.
+UNSET: Any = _Unset()
+
+
+@dataclass
+class _State:
+    """What ``init_app`` keeps in ``app.extensions["stampede"]``."""
+
+    settings: Settings
+    core: stampede.Stampede
+
+    def async_core(self) -> stampede.asyncio.Stampede:
+        settings = self.settings
+
+        def build() -> stampede.asyncio.Stampede:
+            client = redis.asyncio.Redis.from_url(settings.redis_url, **settings.redis_options)
+            return stampede.asyncio.Stampede(
+                client, namespace=settings.namespace, options=settings.options, serializer=settings.serializer
+            )
+
+        return stampede.asyncio.for_running_loop(id(self), build)
+
+
+def _state() -> _State:
+    try:
+        state: _State = current_app.extensions["stampede"]
+    except KeyError:
+        raise RuntimeError(
+            "flask_stampede.Stampede was not initialised on this app (call init_app)"
+        ) from None
+    return state
+
+
+class Stampede:
+    """Stampede-protected caching for Flask views and functions.
+
+    Keeps no app: state lives in ``app.extensions["stampede"]``, so one
+    instance serves any number of apps.
+    """
+
+    def __init__(self, app: Flask | None = None) -> None:
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Flask) -> None:
+        """Read and check the app's ``STAMPEDE_*`` settings (errors name the
+        setting) and connect; the connection pool opens lazily."""
+        settings = Settings.from_config(app.config)
+        client = redis.Redis.from_url(settings.redis_url, **settings.redis_options)
+        core = stampede.Stampede(
+            client, namespace=settings.namespace, options=settings.options, serializer=settings.serializer
+        )
+        app.extensions["stampede"] = _State(settings, core)
+
+    @property
+    def stampede(self) -> stampede.Stampede:
+        """The current app's :class:`stampede.Stampede`."""
+        return _state().core
+
+    # --- views --------------------------------------------------------------------
+
+    def cached(
+        self,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        *,
+        key_prefix: str | Callable[[], str] = "view/%s",
+        query_string: bool = False,
+        unless: Callable[[], bool] | None = None,
+        response_filter: Callable[[Response], bool] | None = None,
+        make_cache_key: Callable[..., str] | None = None,
+        cache_errors: bool = False,
+        background: bool = UNSET,
+        wait_timeout: float = UNSET,
+        lease_ttl: float = UNSET,
+        beta: float | None = UNSET,
+    ) -> Callable[[F], F]:
+        """Cache a view's whole response (status, headers, body), one render
+        per expiry across every process.
+
+        Keyed by ``key_prefix`` (``%s``: the request path) and, with
+        ``query_string``, the query arguments in any order; or by
+        ``make_cache_key(*view_args)``. ``unless()`` true: bypass the cache.
+        Responses with status 400 and above, that set cookies, or that
+        ``response_filter`` refuses are served but not stored (stale-if-error:
+        a stale copy is served instead while one exists). Sync and async
+        views alike; background refreshes run in threads with a copy of the
+        request context.
+        """
+        overrides = _overrides(
+            ttl=ttl,
+            stale_ttl=stale_ttl,
+            background=background,
+            wait_timeout=wait_timeout,
+            lease_ttl=lease_ttl,
+            beta=beta,
+        )
+
+        def decorate(view: F) -> F:
+            @functools.wraps(view)
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                state = _state()
+                if unless is not None and unless():
+                    return current_app.ensure_sync(view)(*args, **kwargs)
+                key = _view_key(key_prefix, query_string, make_cache_key, args, kwargs)
+                options = state.settings.options.merged(overrides)
+                rendered: list[bool] = []
+
+                def render() -> Snapshot:
+                    rendered.append(True)
+                    response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
+                    storable = cache_errors or response.status_code < 400
+                    storable = storable and "Set-Cookie" not in response.headers
+                    if not storable or (response_filter is not None and not response_filter(response)):
+                        raise Uncacheable(Snapshot.of(response, options.ttl, whole=True))
+                    return Snapshot.of(response, options.ttl)
+
+                rebuild = copy_current_request_context(render) if options.background else render
+                try:
+                    snapshot = state.core.get_or_rebuild(key, rebuild, **overrides)
+                except Uncacheable as passed:
+                    if rendered:
+                        return passed.result.response()
+                    # Another request's response, refused for the cache (an
+                    # error, a cookie): never hand it to this one.
+                    return current_app.ensure_sync(view)(*args, **kwargs)
+                return _annotated(snapshot, state.settings, options, rendered=bool(rendered))
+
+            return wrapper  # type: ignore[return-value]
+
+        return decorate
+
+    # --- functions ------------------------------------------------------------------
+
+    def memoize(
+        self,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        *,
+        unless: Callable[[], bool] | None = None,
+        cache_none: bool = False,
+        background: bool = UNSET,
+        wait_timeout: float = UNSET,
+        lease_ttl: float = UNSET,
+        beta: float | None = UNSET,
+    ) -> Callable[[F], F]:
+        """Cache a function's results per arguments (sync or async functions),
+        one call per expiry across every process.
+
+        Keys come from the function's module, name and arguments (their
+        ``repr``). ``None`` results are not stored unless ``cache_none``. The
+        function gains ``delete(*args)`` and ``invalidate(*args)``; see also
+        :meth:`delete_memoized`.
+        """
+        overrides = _overrides(
+            ttl=ttl,
+            stale_ttl=stale_ttl,
+            background=background,
+            wait_timeout=wait_timeout,
+            lease_ttl=lease_ttl,
+            beta=beta,
+        )
+
+        def decorate(func: F) -> F:
+            key_of = stampede.function_key(func)
+
+            def checked(result: Any) -> Any:
+                if result is None and not cache_none:
+                    raise Uncacheable(None)
+                return result
+
+            if inspect.iscoroutinefunction(func):
+
+                @functools.wraps(func)
+                async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                    if unless is not None and unless():
+                        return await func(*args, **kwargs)
+
+                    async def call() -> Any:
+                        return checked(await func(*args, **kwargs))
+
+                    try:
+                        return (
+                            await _state()
+                            .async_core()
+                            .get_or_rebuild(key_of(*args, **kwargs), call, **overrides)
+                        )
+                    except Uncacheable as passed:
+                        return passed.result
+
+                wrapper: Any = async_wrapper
+            else:
+
+                @functools.wraps(func)
+                def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+                    if unless is not None and unless():
+                        return func(*args, **kwargs)
+                    try:
+                        return _state().core.get_or_rebuild(
+                            key_of(*args, **kwargs), lambda: checked(func(*args, **kwargs)), **overrides
+                        )
+                    except Uncacheable as passed:
+                        return passed.result
+
+                wrapper = sync_wrapper
+            wrapper.key = key_of
+            wrapper.delete = lambda *args, **kwargs: _state().core.delete(key_of(*args, **kwargs))
+            wrapper.invalidate = lambda *args, **kwargs: _state().core.invalidate(key_of(*args, **kwargs))
+            wrapper.uncached = func
+            return wrapper  # type: ignore[no-any-return]
+
+        return decorate
+
+    def delete_memoized(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+        """Forget a memoized function's results: for these arguments, or,
+        with none, for every call. Returns how many were deleted."""
+        target = getattr(func, "uncached", func)
+        key_of = stampede.function_key(target)
+        core = _state().core
+        if args or kwargs:
+            return int(core.delete(key_of(*args, **kwargs)))
+        return core.delete_prefix(f"{target.__module__}.{target.__qualname__}(")
+
+
+def _overrides(**values: Any) -> dict[str, Any]:
+    """The options a decorator sets (the others follow the app's settings),
+    checked now so that a bad one fails at decoration, naming the option."""
+    given = {name: value for name, value in values.items() if value is not UNSET}
+    stampede.Options().merged(given)
+    return given
+
+
+def _view_key(
+    prefix: str | Callable[[], str],
+    query_string: bool,
+    make_cache_key: Callable[..., str] | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> str:
+    if make_cache_key is not None:
+        return make_cache_key(*args, **kwargs)
+    key = prefix() if callable(prefix) else (prefix % request.path if "%s" in prefix else prefix)
+    if query_string:
+        query = urlencode(sorted(request.args.items(multi=True)))
+        key += "?" + (query if len(query) <= 200 else "sha256:" + hashlib.sha256(query.encode()).hexdigest())
+    return key
+
+
+def _annotated(
+    snapshot: Snapshot, settings: Settings, options: stampede.Options, *, rendered: bool
+) -> Response:
+    response = snapshot.response()
+    if settings.cache_header:
+        response.headers[settings.cache_header] = (
+            "MISS" if rendered else ("HIT" if snapshot.fresh() else "STALE")
+        )
+    if settings.cache_control and snapshot.fresh_until != float("inf"):
+        max_age = max(0, int(snapshot.fresh_until - time.time()))
+        directives = [f"max-age={max_age}"]
+        if options.stale_ttl:
+            stale = int(options.stale_ttl)
+            directives += [f"stale-while-revalidate={stale}", f"stale-if-error={stale}"]
+        response.headers["Cache-Control"] = ", ".join(directives)
+    return response
