@@ -70,17 +70,21 @@ def key_builder(func: Callable[..., Any], key: str | Callable[..., str] | None) 
         raise ConfigurationError(f"cached() decorates functions, got {func!r}")
     name = f"{func.__module__}.{func.__qualname__}"
     signature = inspect.signature(func)
+    var_keyword = {p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD}
 
     def key_of(*args: Any, **kwargs: Any) -> str:
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         parts = []
         for param, value in bound.arguments.items():
+            if param in var_keyword:
+                value = dict(sorted(value.items()))  # f(a=1, b=2) and f(b=2, a=1) are one call
             text = repr(value)
             if " at 0x" in text:
                 # The address differs in every process: the cache would never hit.
                 raise ConfigurationError(
-                    f"argument {param!r} of {name} has no stable repr ({text[:80]}); " "pass key= to cached()"
+                    f"argument {param!r} of {name} has no stable repr ({text[:80]}); "
+                    "give the decorator a key= (a string, or a function of the same arguments)"
                 )
             parts.append(f"{param}={text}")
         arguments = ",".join(parts)

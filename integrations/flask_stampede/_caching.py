@@ -11,6 +11,7 @@ Flask-Caching's timeouts: ``None`` is the default, ``0`` forever.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -62,7 +63,7 @@ class StampedeCache(BaseCache):
         super().__init__(default_timeout=default_timeout, ignore_delete_many_errors=ignore_delete_many_errors)
         self.stampede = core
         self.key_prefix = key_prefix
-        self._outside: dict[str, stampede.Lease] = {}  # leases taken outside any app context
+        self._outside = threading.local()  # leases taken outside any app context, per thread
 
     @classmethod
     def factory(
@@ -96,12 +97,15 @@ class StampedeCache(BaseCache):
             **options.pop("redis_options", {}),
         }
         serializer = build_serializer(options.pop("serializer", "pickle"), "CACHE_OPTIONS['serializer']")
-        core = stampede.Stampede(
-            redis.Redis.from_url(url, **redis_options),
-            namespace=options.pop("namespace", "flask-caching"),
-            serializer=serializer,
-            **options,
-        )
+        try:
+            core = stampede.Stampede(
+                redis.Redis.from_url(url, **redis_options),
+                namespace=options.pop("namespace", "flask-caching"),
+                serializer=serializer,
+                **options,
+            )
+        except stampede.ConfigurationError as exc:
+            raise stampede.ConfigurationError(f"flask_stampede: CACHE_OPTIONS is invalid: {exc}") from exc
         cache = cls(core, default_timeout, ignore_errors, config.get("CACHE_KEY_PREFIX") or "")
         app.teardown_appcontext(cache._settle)
         return cache
@@ -110,7 +114,9 @@ class StampedeCache(BaseCache):
 
     def _held(self) -> dict[str, stampede.Lease]:
         if not has_app_context():
-            return self._outside
+            if not hasattr(self._outside, "leases"):
+                self._outside.leases = {}
+            return self._outside.leases  # type: ignore[no-any-return]
         held: dict[int, dict[str, stampede.Lease]] | None = g.get(_HELD)
         if held is None:
             held = {}
@@ -196,11 +202,18 @@ class StampedeCache(BaseCache):
         return list(keys)  # absent afterwards: deleted, in cachelib's terms
 
     def has(self, key: str) -> bool:
-        return self.stampede.has_key(self.key_prefix + key)
+        name = self.key_prefix + key
+        # While this request holds the lease, its get() missed: so must has(),
+        # or Flask-Caching (cache_none=True) takes the miss for a stored None.
+        return name not in self._held() and self.stampede.has_key(name)
 
     def clear(self) -> bool:
+        """Clear this cache: its ``CACHE_KEY_PREFIX`` only, if it has one."""
         self._held().clear()
-        self.stampede.clear()
+        if self.key_prefix:
+            self.stampede.delete_prefix(self.key_prefix)
+        else:
+            self.stampede.clear()
         return True
 
     def inc(self, key: str, delta: int = 1) -> int | None:

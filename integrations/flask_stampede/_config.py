@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ _OWN = {
     "STAMPEDE_CACHE_HEADER",
     "STAMPEDE_CACHE_CONTROL",
 }
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 _SERIALIZERS = {"pickle": stampede.PickleSerializer, "json": stampede.JsonSerializer}
 
 
@@ -96,7 +98,7 @@ class Settings:
         if not isinstance(redis_options, dict):
             raise _bad("STAMPEDE_REDIS_OPTIONS", f"must be a dict of redis-py options, got {redis_options!r}")
         header = config.get("STAMPEDE_CACHE_HEADER")
-        if header is not None and (not isinstance(header, str) or not header):
+        if header is not None and (not isinstance(header, str) or not _TOKEN.fullmatch(header)):
             raise _bad(
                 "STAMPEDE_CACHE_HEADER", f"must be a header name such as 'X-Cache', or None, got {header!r}"
             )

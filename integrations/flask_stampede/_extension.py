@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from urllib.parse import urlencode
 
 import redis
 import redis.asyncio
-from flask import Flask, Response, copy_current_request_context, current_app, request
+from flask import Flask, Response, copy_current_request_context, current_app, g, request
 
 import stampede
 import stampede.asyncio
@@ -79,10 +80,20 @@ class Stampede:
         """Read and check the app's ``STAMPEDE_*`` settings (errors name the
         setting) and connect; the connection pool opens lazily."""
         settings = Settings.from_config(app.config)
-        client = redis.Redis.from_url(settings.redis_url, **settings.redis_options)
-        core = stampede.Stampede(
-            client, namespace=settings.namespace, options=settings.options, serializer=settings.serializer
-        )
+        try:
+            client = redis.Redis.from_url(settings.redis_url, **settings.redis_options)
+            client.connection_pool.make_connection()  # builds (does not connect): checks the options now
+        except (TypeError, ValueError) as exc:
+            raise stampede.ConfigurationError(
+                f"flask_stampede: STAMPEDE_REDIS_OPTIONS is invalid: {exc}"
+            ) from exc
+        try:
+            core = stampede.Stampede(
+                client, namespace=settings.namespace, options=settings.options, serializer=settings.serializer
+            )
+        except stampede.ConfigurationError as exc:
+            setting = "STAMPEDE_NAMESPACE" if str(exc).startswith("namespace") else "STAMPEDE_REDIS_OPTIONS"
+            raise stampede.ConfigurationError(f"flask_stampede: {setting} is invalid: {exc}") from exc
         app.extensions["stampede"] = _State(settings, core)
 
     @property
@@ -133,7 +144,7 @@ class Stampede:
             @functools.wraps(view)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 state = _state()
-                if unless is not None and unless():
+                if request.method not in ("GET", "HEAD") or (unless is not None and unless()):
                     return current_app.ensure_sync(view)(*args, **kwargs)
                 key = _view_key(key_prefix, query_string, make_cache_key, args, kwargs)
                 options = state.settings.options.merged(overrides)
@@ -142,13 +153,14 @@ class Stampede:
                 def render() -> Snapshot:
                     rendered.append(True)
                     response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
-                    storable = cache_errors or response.status_code < 400
-                    storable = storable and "Set-Cookie" not in response.headers
-                    if not storable or (response_filter is not None and not response_filter(response)):
+                    response.direct_passthrough = False  # send_file: read the body, to store it
+                    if not _storable(response, cache_errors) or (
+                        response_filter is not None and not response_filter(response)
+                    ):
                         raise Uncacheable(Snapshot.of(response, options.ttl, whole=True))
                     return Snapshot.of(response, options.ttl)
 
-                rebuild = copy_current_request_context(render) if options.background else render
+                rebuild = _in_request_or_thread(render) if options.background else render
                 try:
                     snapshot = state.core.get_or_rebuild(key, rebuild, **overrides)
                 except Uncacheable as passed:
@@ -157,7 +169,8 @@ class Stampede:
                     # Another request's response, refused for the cache (an
                     # error, a cookie): never hand it to this one.
                     return current_app.ensure_sync(view)(*args, **kwargs)
-                return _annotated(snapshot, state.settings, options, rendered=bool(rendered))
+                response = _annotated(snapshot, state.settings, options, rendered=bool(rendered))
+                return response.make_conditional(request)  # 304 for a matching validator
 
             return wrapper  # type: ignore[return-value]
 
@@ -172,6 +185,7 @@ class Stampede:
         *,
         unless: Callable[[], bool] | None = None,
         cache_none: bool = False,
+        key: str | Callable[..., str] | None = None,
         background: bool = UNSET,
         wait_timeout: float = UNSET,
         lease_ttl: float = UNSET,
@@ -181,9 +195,11 @@ class Stampede:
         one call per expiry across every process.
 
         Keys come from the function's module, name and arguments (their
-        ``repr``). ``None`` results are not stored unless ``cache_none``. The
-        function gains ``delete(*args)`` and ``invalidate(*args)``; see also
-        :meth:`delete_memoized`.
+        ``repr``), or from ``key`` (a string, or a function of the same
+        arguments). ``None`` results are not stored unless ``cache_none``.
+        Async functions refresh inline: Flask cancels an async view's tasks
+        when it returns. The function gains ``delete(*args)`` and
+        ``invalidate(*args)``; see also :meth:`delete_memoized`.
         """
         overrides = _overrides(
             ttl=ttl,
@@ -195,7 +211,11 @@ class Stampede:
         )
 
         def decorate(func: F) -> F:
-            key_of = stampede.function_key(func)
+            if isinstance(key, str):
+                fixed = key
+                key_of: Callable[..., str] = lambda *args, **kwargs: fixed  # noqa: E731
+            else:
+                key_of = key if key is not None else stampede.function_key(func)
 
             def checked(result: Any) -> Any:
                 if result is None and not cache_none:
@@ -212,11 +232,14 @@ class Stampede:
                     async def call() -> Any:
                         return checked(await func(*args, **kwargs))
 
+                    # Inline refresh only: Flask cancels the tasks of an async
+                    # view when it returns, a background task among them.
+                    inline = {**overrides, "background": False}
                     try:
                         return (
                             await _state()
                             .async_core()
-                            .get_or_rebuild(key_of(*args, **kwargs), call, **overrides)
+                            .get_or_rebuild(key_of(*args, **kwargs), call, **inline)
                         )
                     except Uncacheable as passed:
                         return passed.result
@@ -263,6 +286,39 @@ def _overrides(**values: Any) -> dict[str, Any]:
     return given
 
 
+# Statuses stored by default: complete responses, the same for every request
+# (RFC 9111's heuristically cacheable ones, less the errors). Never 206 or 304.
+_STORED_STATUSES = frozenset({200, 203, 300, 301, 308})
+
+
+def _storable(response: Response, cache_errors: bool) -> bool:
+    status = response.status_code
+    if status not in _STORED_STATUSES and not (cache_errors and status >= 400):
+        return False
+    if "Set-Cookie" in response.headers:
+        return False  # one visitor's cookie must never be replayed to others
+    control = response.cache_control
+    return not (control.private or control.no_store)
+
+
+def _in_request_or_thread(render: Callable[[], Snapshot]) -> Callable[[], Snapshot]:
+    """``render`` for a background refresh: in this request's own thread as
+    it is; in another thread, under a copy of the request context and with
+    this request's ``g``, since the request will have ended by then."""
+    request_thread = threading.current_thread()
+    state_of_g = dict(vars(g))
+
+    @copy_current_request_context
+    def in_copy() -> Snapshot:
+        vars(g).update(state_of_g)
+        return render()
+
+    def rebuild() -> Snapshot:
+        return render() if threading.current_thread() is request_thread else in_copy()
+
+    return rebuild
+
+
 def _view_key(
     prefix: str | Callable[[], str],
     query_string: bool,
@@ -287,7 +343,11 @@ def _annotated(
         response.headers[settings.cache_header] = (
             "MISS" if rendered else ("HIT" if snapshot.fresh() else "STALE")
         )
-    if settings.cache_control and snapshot.fresh_until != float("inf"):
+    if (
+        settings.cache_control
+        and snapshot.fresh_until != float("inf")
+        and "Cache-Control" not in response.headers
+    ):
         max_age = max(0, int(snapshot.fresh_until - time.time()))
         directives = [f"max-age={max_age}"]
         if options.stale_ttl:

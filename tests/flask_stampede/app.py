@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import os
 import threading
 import time
 from typing import Any
 
-from flask import Flask, make_response, request
+from flask import Flask, g, make_response, request, send_file
 from flask_caching import Cache
 from flask_stampede import Stampede
 
 RENDER_SECONDS = 0.3
 _namespaces = itertools.count()
+made: list[Flask] = []  # closed after each test (tests/flask_stampede/conftest.py)
 
 
 class Expensive:
@@ -51,6 +53,7 @@ def make_app(**config: Any) -> tuple[Flask, Stampede, Cache, Expensive]:
     app.config.update(config)
     stampede = Stampede(app)
     cache = Cache(app)
+    made.append(app)
     expensive = Expensive()
 
     @app.get("/page")
@@ -107,6 +110,47 @@ def make_app(**config: Any) -> tuple[Flask, Stampede, Cache, Expensive]:
 
         return app.response_class(chunks())
 
+    @app.before_request
+    def who() -> None:
+        g.user = request.headers.get("X-User", "anonymous")
+
+    @app.get("/for-user")
+    @stampede.cached(ttl=2, background=True)
+    def for_user() -> str:
+        return f"render {expensive()} by {g.user}"
+
+    @app.route("/form", methods=["GET", "POST"])
+    @stampede.cached(ttl=2)
+    def form() -> str:
+        return f"render {expensive()} {request.method}"
+
+    @app.get("/conditional")
+    @stampede.cached(ttl=2)
+    def conditional() -> Any:
+        response = make_response(f"render {expensive()}")
+        response.set_etag("v1")
+        return response.make_conditional(request)
+
+    @app.get("/file")
+    @stampede.cached(ttl=2)
+    def file() -> Any:
+        expensive()
+        return send_file(io.BytesIO(b"file body"), mimetype="text/plain")
+
+    @app.get("/private")
+    @stampede.cached(ttl=2)
+    def private() -> Any:
+        response = make_response(f"render {expensive()}")
+        response.cache_control.private = True
+        return response
+
+    @app.get("/own-cache-control")
+    @stampede.cached(ttl=2)
+    def own_cache_control() -> Any:
+        response = make_response(f"render {expensive()}")
+        response.cache_control.max_age = 5
+        return response
+
     @stampede.memoize(ttl=60)
     def slow_square(x: int) -> int:
         expensive()
@@ -122,7 +166,22 @@ def make_app(**config: Any) -> tuple[Flask, Stampede, Cache, Expensive]:
         expensive()
         return x * x
 
+    @stampede.memoize(ttl=60, key=lambda user: f"profile:{user['id']}")
+    def profile(user: dict[str, int]) -> int:
+        return expensive()
+
+    @stampede.memoize(ttl=60)
+    def find(**filters: int) -> int:
+        return expensive()
+
+    @cache.memoize(timeout=60, cache_none=True)
+    def maybe(x: int) -> int:
+        return expensive()
+
     app.extensions["test"] = {
+        "profile": profile,
+        "find": find,
+        "maybe": maybe,
         "slow_square": slow_square,
         "async_square": async_square,
         "fc_square": fc_square,

@@ -23,3 +23,16 @@ def serve() -> Iterator[Callable[[Flask], str]]:
     for server in servers:
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def close_apps() -> Iterator[None]:
+    """Close the Redis clients of the apps a test made."""
+    yield
+    from tests.flask_stampede.app import made
+
+    while made:
+        app = made.pop()
+        app.extensions["stampede"].core.client.close()
+        for backend in app.extensions.get("cache", {}).values():
+            backend.stampede.client.close()

@@ -25,7 +25,8 @@ def fetch(url: str) -> tuple[int, str, dict[str, str]]:
         with urllib.request.urlopen(url, timeout=30) as response:
             return response.status, response.read().decode(), dict(response.headers)
     except urllib.error.HTTPError as error:
-        return error.code, error.read().decode(), dict(error.headers)
+        with error:
+            return error.code, error.read().decode(), dict(error.headers)
 
 
 def body(url: str) -> str:
