@@ -21,6 +21,17 @@ local function read_value()
 end
 """
 
+# Writes the value with its expiry in milliseconds ('0': none).
+_SET_VALUE = """
+local function set_value(data, expire_ms)
+  if expire_ms == '0' then
+    redis.call('SET', KEYS[1], data)
+  else
+    redis.call('SET', KEYS[1], data, 'PX', expire_ms)
+  end
+end
+"""
+
 # ARGV: token, lease_ms.
 # -> {1, value-or-nil} when the caller holds the lease (the value lets it see
 #    a rebuild that landed between its read and its lease);
@@ -44,6 +55,7 @@ return {0, redis.call('PTTL', KEYS[2])}
 # writes, unless the stored value was created after lapsed_since (newer).
 COMMIT = (
     _READ_VALUE
+    + _SET_VALUE
     + """
 local held = redis.call('GET', KEYS[2])
 if held == ARGV[1] then
@@ -57,11 +69,7 @@ else
     if created > tonumber(ARGV[5]) then return 0 end
   end
 end
-if ARGV[3] == '0' then
-  redis.call('SET', KEYS[1], ARGV[2])
-else
-  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-end
+set_value(ARGV[2], ARGV[3])
 redis.call('PUBLISH', ARGV[4], '1')
 return 1
 """
@@ -98,21 +106,20 @@ return {read_value(), redis.call('PTTL', KEYS[2])}
 # by dropping its lease, so a rebuild that started from older data cannot
 # overwrite this write. ARGV: envelope ('' = delete), expire_ms, channel.
 # -> 1 written; for a delete, whether there was a value to delete.
-WRITE = """
+WRITE = (
+    _SET_VALUE
+    + """
 redis.call('DEL', KEYS[2])
 if ARGV[1] == '' then
   local deleted = redis.call('DEL', KEYS[1])
   redis.call('PUBLISH', ARGV[3], '0')
   return deleted
 end
-if ARGV[2] == '0' then
-  redis.call('SET', KEYS[1], ARGV[1])
-else
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-end
+set_value(ARGV[1], ARGV[2])
 redis.call('PUBLISH', ARGV[3], '1')
 return 1
 """
+)
 
 # Soft invalidation: zero fresh_until in place (the key keeps its TTL and
 # payload, so it is served stale while one caller refreshes it) and cancel
@@ -129,16 +136,15 @@ return 1
 # Write only if the key holds nothing (Django's and Flask-Caching's add).
 # Wakes waiters: a value has landed. ARGV: envelope, expire_ms, channel.
 # -> 1 added, 0 something was there.
-ADD = """
+ADD = (
+    _SET_VALUE
+    + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if ARGV[2] == '0' then
-  redis.call('SET', KEYS[1], ARGV[1])
-else
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-end
+set_value(ARGV[1], ARGV[2])
 redis.call('PUBLISH', ARGV[3], '1')
 return 1
 """
+)
 
 # New expiry for a value in place: fresh_until in the header and the key's
 # TTL. ARGV: magic, offset (0-based), 8 bytes of fresh_until, expire_ms

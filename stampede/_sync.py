@@ -160,16 +160,21 @@ class Stampede(StampedeBase):
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         keys = self._keys(key)
+        lookup = self._first_read(keys, options)
+        if isinstance(lookup, Entry):
+            return cast(T, lookup.value)
+        return self._single_flight(keys, options, lookup, rebuild)
+
+    def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
+        """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
         try:
             raw = self._reader().get(keys.value)
         except redis.exceptions.RedisError as exc:
-            lookup = self._read_failed(keys, exc)
-        else:
-            entry = self._decode(keys, raw)
-            if entry is not None and self._is_hit(keys, entry, options):
-                return cast(T, entry.value)
-            lookup = Lookup(entry)
-        return self._single_flight(keys, options, lookup, rebuild)
+            return self._read_failed(keys, exc)
+        entry = self._decode(keys, raw)
+        if entry is not None and self._is_hit(keys, entry, options):
+            return entry
+        return Lookup(entry)
 
     def _single_flight(self, keys: Keys, options: Options, lookup: Lookup, rebuild: Callable[[], T]) -> T:
         while True:
@@ -419,15 +424,9 @@ class Stampede(StampedeBase):
         """
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         keys = self._keys(key)
-        try:
-            raw = self._reader().get(keys.value)
-        except redis.exceptions.RedisError as exc:
-            lookup = self._read_failed(keys, exc)
-        else:
-            entry = self._decode(keys, raw)
-            if entry is not None and self._is_hit(keys, entry, options):
-                return Read(True, entry.value)
-            lookup = Lookup(entry)
+        lookup = self._first_read(keys, options)
+        if isinstance(lookup, Entry):
+            return Read(True, lookup.value)
         flow = self._flow(keys, options, take_over=False)
         outcome = self._drive(flow.run(lookup), keys, options, None)
         if isinstance(outcome, Paused):
