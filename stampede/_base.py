@@ -64,11 +64,15 @@ class Read(NamedTuple):
     miss, ``lease`` is set when this caller won the right to rebuild: it
     must pass the value to ``commit(lease, value)`` or give the lease up
     with ``release(lease)``; otherwise the lease lapses after ``lease_ttl``.
+    ``stale`` is then the stale :class:`Entry` the others are served, if
+    any: what to answer with while refreshing in the background.
     """
 
     found: bool
     value: Any = None
     lease: Lease | None = None
+    #: With a lease: the stale entry others are served meanwhile, if any.
+    stale: Entry | None = None
 
 
 class Lease:
@@ -104,6 +108,7 @@ class Paused(NamedTuple):
     """Internal: a flow stopped where it asks for a rebuild (see ``read``)."""
 
     token: str | None
+    stale: Entry | None = None
 
 
 class StampedeBase:
@@ -355,7 +360,8 @@ class StampedeBase:
         if paused.token is None:  # no lease to hand out (fail-open, or gave up waiting)
             return Read(False)
         clock = self._clock
-        return Read(False, None, Lease(keys, paused.token, flow, options, clock.monotonic(), clock.time()))
+        lease = Lease(keys, paused.token, flow, options, clock.monotonic(), clock.time())
+        return Read(False, None, lease, paused.stale)
 
     def _settle_options(self, lease: Lease, ttl: Any, stale_ttl: Any) -> Options:
         """The lease's options, with the committer's ``ttl``/``stale_ttl`` if given."""

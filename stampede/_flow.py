@@ -86,10 +86,13 @@ class Rebuild:
     """Run the rebuild function, renewing lease ``token`` (if any) meanwhile.
 
     Result: :class:`Rebuilt`, never an exception: the rebuild's own errors
-    are data here, so they cannot be mistaken for the driver's.
+    are data here, so they cannot be mistaken for the driver's. ``stale``:
+    the value in hand meanwhile, if any (for drivers that hand the rebuild
+    to their caller).
     """
 
     token: str | None
+    stale: Entry | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -362,7 +365,7 @@ class Flow:
         return acquired
 
     def _rebuild_and_commit(self, token: str, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
-        rebuilt: Rebuilt = yield Rebuild(token)
+        rebuilt: Rebuilt = yield Rebuild(token, stale)
         return (yield from self.settle(token, rebuilt, stale))
 
     def settle(

@@ -277,7 +277,7 @@ class Stampede(StampedeBase):
                 return stop.value
             if rebuild is None and isinstance(op, Rebuild):
                 flow.close()
-                return Paused(op.token)
+                return Paused(op.token, op.stale)
             reply, failure = None, None
             try:
                 reply = self._execute(op, keys, options, rebuild)

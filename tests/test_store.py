@@ -46,6 +46,8 @@ def test_read_stale_gives_the_lease_to_one_caller_and_the_stale_value_to_the_res
     reads = run_threads(16, lambda: sf.read("k", ttl=60, stale_ttl=600))
     assert Counter((read.found, read.value) for read in reads) == {(True, "old"): 15, (False, None): 1}
     (winner,) = [read for read in reads if not read.found]
+    assert winner.stale is not None
+    assert winner.stale.value == "old"  # what the others are served meanwhile
     assert sf.commit(winner.lease, "new") is True
     assert sf.read("k").value == "new"
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -25,6 +27,8 @@ from ._responses import Snapshot, Uncacheable
 __all__ = ["Stampede"]
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
+logger = logging.getLogger("stampede.flask")
 
 
 class _Unset:
@@ -42,6 +46,22 @@ class _State:
 
     settings: Settings
     core: stampede.Stampede
+    _refreshers: ThreadPoolExecutor | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def refresh_in_background(self, refresh: Callable[[], Any], key: str) -> None:
+        """Run ``refresh`` in a worker thread (Flask would cancel a task)."""
+
+        def run() -> None:
+            try:
+                refresh()
+            except Exception:
+                logger.warning("background refresh of %r failed", key, exc_info=True)
+
+        with self._lock:
+            if self._refreshers is None:
+                self._refreshers = ThreadPoolExecutor(4, thread_name_prefix="stampede-flask-refresh")
+            self._refreshers.submit(run)
 
     def async_core(self) -> stampede.asyncio.Stampede:
         settings = self.settings
@@ -140,6 +160,8 @@ class Stampede:
             beta=beta,
         )
 
+        read_overrides = {name: value for name, value in overrides.items() if name != "background"}
+
         def decorate(view: F) -> F:
             @functools.wraps(view)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -148,29 +170,47 @@ class Stampede:
                     return current_app.ensure_sync(view)(*args, **kwargs)
                 key = _view_key(key_prefix, query_string, make_cache_key, args, kwargs)
                 options = state.settings.options.merged(overrides)
-                rendered: list[bool] = []
+                read = state.core.read(key, **read_overrides)
+                if read.found:
+                    return _replayed(read.value, state.settings, options)
 
-                def render() -> Snapshot:
-                    rendered.append(True)
-                    response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
+                def render() -> Response:
+                    # With the lease: render, then store (fenced) or give the
+                    # lease up. Without: render for this request alone.
+                    lease, stale = read.lease, read.stale
+                    try:
+                        response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
+                    except Exception:
+                        if lease is not None:
+                            state.core.release(lease)
+                        if stale is None:
+                            raise
+                        logger.warning("view for %r raised; serving its stale value", key, exc_info=True)
+                        return _replayed(stale.value, state.settings, options)
+                    except BaseException:
+                        if lease is not None:
+                            state.core.release(lease)
+                        raise
                     response.direct_passthrough = False  # send_file: read the body, to store it
-                    if not _storable(response, cache_errors) or (
-                        response_filter is not None and not response_filter(response)
-                    ):
-                        raise Uncacheable(Snapshot.of(response, options.ttl, whole=True))
-                    return Snapshot.of(response, options.ttl)
+                    storable = _storable(response, cache_errors) and (
+                        response_filter is None or response_filter(response)
+                    )
+                    if lease is not None and storable:
+                        snapshot = Snapshot.of(response, options.ttl)
+                        state.core.commit(lease, snapshot, store_if_lapsed=True)
+                        _label(response, state.settings, options, "MISS", snapshot.fresh_until)
+                    else:
+                        # Refused for the cache (an error, a cookie...): this
+                        # request's alone; waiters elsewhere render their own.
+                        if lease is not None:
+                            state.core.release(lease)
+                        _label(response, state.settings, options, "MISS", None)
+                    return response
 
-                rebuild = _in_request_or_thread(render) if options.background else render
-                try:
-                    snapshot = state.core.get_or_rebuild(key, rebuild, **overrides)
-                except Uncacheable as passed:
-                    if rendered:
-                        return passed.result.response()
-                    # Another request's response, refused for the cache (an
-                    # error, a cookie): never hand it to this one.
-                    return current_app.ensure_sync(view)(*args, **kwargs)
-                response = _annotated(snapshot, state.settings, options, rendered=bool(rendered))
-                return response.make_conditional(request)  # 304 for a matching validator
+                if read.lease is not None and read.stale is not None and options.background:
+                    state.refresh_in_background(_in_request_or_thread(render), key)
+                    return _replayed(read.stale.value, state.settings, options)
+                return render()
 
             return wrapper  # type: ignore[return-value]
 
@@ -301,7 +341,7 @@ def _storable(response: Response, cache_errors: bool) -> bool:
     return not (control.private or control.no_store)
 
 
-def _in_request_or_thread(render: Callable[[], Snapshot]) -> Callable[[], Snapshot]:
+def _in_request_or_thread(render: Callable[[], R]) -> Callable[[], R]:
     """``render`` for a background refresh: in this request's own thread as
     it is; in another thread, under a copy of the request context and with
     this request's ``g``, since the request will have ended by then."""
@@ -309,11 +349,11 @@ def _in_request_or_thread(render: Callable[[], Snapshot]) -> Callable[[], Snapsh
     state_of_g = dict(vars(g))
 
     @copy_current_request_context
-    def in_copy() -> Snapshot:
+    def in_copy() -> R:
         vars(g).update(state_of_g)
         return render()
 
-    def rebuild() -> Snapshot:
+    def rebuild() -> R:
         return render() if threading.current_thread() is request_thread else in_copy()
 
     return rebuild
@@ -335,23 +375,27 @@ def _view_key(
     return key
 
 
-def _annotated(
-    snapshot: Snapshot, settings: Settings, options: stampede.Options, *, rendered: bool
-) -> Response:
+def _replayed(snapshot: Snapshot, settings: Settings, options: stampede.Options) -> Response:
+    """A stored page as this request's response; 304 for a matching validator."""
     response = snapshot.response()
+    _label(response, settings, options, "HIT" if snapshot.fresh() else "STALE", snapshot.fresh_until)
+    response.make_conditional(request)  # in place
+    return response
+
+
+def _label(
+    response: Response, settings: Settings, options: stampede.Options, verdict: str, fresh_until: float | None
+) -> None:
+    """The opt-in headers: what happened, and (for stored pages) RFC 5861's
+    freshness directives, unless the view set its own Cache-Control."""
     if settings.cache_header:
-        response.headers[settings.cache_header] = (
-            "MISS" if rendered else ("HIT" if snapshot.fresh() else "STALE")
-        )
-    if (
-        settings.cache_control
-        and snapshot.fresh_until != float("inf")
-        and "Cache-Control" not in response.headers
-    ):
-        max_age = max(0, int(snapshot.fresh_until - time.time()))
+        response.headers[settings.cache_header] = verdict
+    stored = fresh_until is not None and fresh_until != float("inf")
+    if settings.cache_control and stored and "Cache-Control" not in response.headers:
+        assert fresh_until is not None
+        max_age = max(0, int(fresh_until - time.time()))
         directives = [f"max-age={max_age}"]
         if options.stale_ttl:
             stale = int(options.stale_ttl)
             directives += [f"stale-while-revalidate={stale}", f"stale-if-error={stale}"]
         response.headers["Cache-Control"] = ", ".join(directives)
-    return response

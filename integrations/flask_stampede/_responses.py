@@ -25,13 +25,9 @@ class Snapshot:
     fresh_until: float
 
     @classmethod
-    def of(cls, response: Response, ttl: float | None, *, whole: bool = False) -> Snapshot:
-        """``whole``: keep every header, for a response that is only replayed
-        to the request that made it, never stored."""
+    def of(cls, response: Response, ttl: float | None) -> Snapshot:
         headers = tuple(
-            (name, value)
-            for name, value in response.headers.items()
-            if whole or name.lower() not in _NOT_STORED
+            (name, value) for name, value in response.headers.items() if name.lower() not in _NOT_STORED
         )
         fresh_until = float("inf") if ttl is None else time.time() + ttl
         return cls(response.status_code, headers, response.get_data(), fresh_until)

@@ -25,6 +25,8 @@ class Expensive:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.runs = 0
+        self.running = 0
+        self.peak = 0  # the most runs in progress at once
         self.gate = threading.Event()
         self.gate.set()
 
@@ -32,8 +34,14 @@ class Expensive:
         with self._lock:
             self.runs += 1
             run = self.runs
-        time.sleep(RENDER_SECONDS)
-        self.gate.wait(60)
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        try:
+            time.sleep(RENDER_SECONDS)
+            self.gate.wait(60)
+        finally:
+            with self._lock:
+                self.running -= 1
         return run
 
 
@@ -136,6 +144,14 @@ def make_app(**config: Any) -> tuple[Flask, Stampede, Cache, Expensive]:
     def file() -> Any:
         expensive()
         return send_file(io.BytesIO(b"file body"), mimetype="text/plain")
+
+    @app.get("/login")
+    @stampede.cached(ttl=2)
+    def login() -> Any:
+        response = make_response(f"render {expensive()}")
+        if request.headers.get("X-Login"):
+            response.set_cookie("session", "ann")
+        return response
 
     @app.get("/private")
     @stampede.cached(ttl=2)

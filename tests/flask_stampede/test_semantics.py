@@ -5,6 +5,7 @@ from __future__ import annotations
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -145,3 +146,48 @@ def test_memoize_keys() -> None:
 def test_more_configuration_errors_name_the_setting(config: dict[str, Any], message: str) -> None:
     with pytest.raises(stampede.ConfigurationError, match=message):
         make_app(**config)
+
+
+def test_responses_refused_for_the_cache_are_rendered_side_by_side(serve: Callable[[Flask], str]) -> None:
+    # The first request holds the lease while it renders a 503; when it gives
+    # the lease up, the requests that waited render their own at once, side by
+    # side, instead of taking the lease from one another in turn.
+    app, _, _, expensive = make_app()
+    url = serve(app) + "/error"
+    expensive.gate.clear()
+    try:
+        first = ThreadPoolExecutor(1).submit(fetch, url)
+        wait_until(lambda: expensive.runs == 1)
+        others = ThreadPoolExecutor(5)
+        waiting = [others.submit(fetch, url) for _ in range(5)]
+        wait_until(lambda: _subscribers(app) == 5)  # all five are waiting for the lease
+    finally:
+        expensive.gate.set()
+    assert first.result(30)[0] == 503
+    assert sorted(future.result(30)[0] for future in waiting) == [503] * 5
+    assert expensive.runs == 6
+    assert expensive.peak >= 2
+
+
+def _subscribers(app: Flask) -> int:
+    core = app.extensions["stampede"].core
+    channels = core.client.pubsub_channels(f"{core.namespace}:*")
+    return sum(count for _, count in core.client.pubsub_numsub(*channels)) if channels else 0
+
+
+def test_a_refresher_whose_response_sets_a_cookie_gets_its_own_response(
+    serve: Callable[[Flask], str],
+) -> None:
+    app, ext, _, _ = make_app()
+    url = serve(app) + "/login"
+    assert body(url) == "render 1"
+    with app.app_context():
+        expire_all(ext.stampede)
+    request = urllib.request.Request(url, headers={"X-Login": "yes"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.read().decode() == "render 2"  # not the stale page
+        assert response.headers["Set-Cookie"].startswith("session=ann")
+    # The cookie page was not stored: the entry is still stale, so the next
+    # request refreshes it (and that page, cookie-free, is stored).
+    assert body(url) == "render 3"
+    assert body(url) == "render 3"
