@@ -29,6 +29,7 @@ from ._options import Options as Options
 from ._serializers import JsonSerializer as JsonSerializer
 from ._serializers import PickleSerializer as PickleSerializer
 from ._serializers import Serializer as Serializer
+from ._serializers import serializer_from as serializer_from
 from ._sync import Stampede as Stampede
 
 __version__ = "0.1.0"
@@ -55,4 +56,5 @@ __all__ = [
     "default",
     "function_key",
     "get_or_rebuild",
+    "serializer_from",
 ]

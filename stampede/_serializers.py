@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["JsonSerializer", "PickleSerializer", "Serializer"]
+from ._exceptions import ConfigurationError
+
+__all__ = ["JsonSerializer", "PickleSerializer", "Serializer", "serializer_from"]
 
 
 @runtime_checkable
@@ -63,3 +66,28 @@ class JsonSerializer:
 
     def __repr__(self) -> str:
         return "JsonSerializer()"
+
+
+_NAMED: dict[str, type[Serializer]] = {"pickle": PickleSerializer, "json": JsonSerializer}
+
+
+def serializer_from(setting: Any) -> Serializer:
+    """A serializer from a setting: ``"pickle"``, ``"json"``, the dotted path
+    of a class or instance, a class, or an instance. For configuration files."""
+    value = setting
+    if isinstance(value, str):
+        if value.lower() in _NAMED:
+            value = _NAMED[value.lower()]
+        else:
+            module, _, name = value.rpartition(".")
+            try:
+                value = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError, ValueError) as exc:
+                raise ConfigurationError(f"serializer {setting!r} cannot be imported: {exc}") from exc
+    if isinstance(value, type):
+        value = value()
+    if not isinstance(value, Serializer):
+        raise ConfigurationError(
+            f"serializer must be 'pickle', 'json' or a stampede serializer, got {setting!r}"
+        )
+    return value

@@ -16,6 +16,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from types import TracebackType
 
 from ._exceptions import ConfigurationError
@@ -52,9 +53,11 @@ class RedisServer:
     reconnect after a restart; ``pause()``/``resume()`` freeze it (SIGSTOP).
     """
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, *, args: Sequence[str] = ()) -> None:
+        """``args``: more redis-server arguments, such as ``["--replicaof", host, port]``."""
         self.binary = find_redis_server()
         self.port = port or _free_port()
+        self.args = tuple(args)
         self._dir = tempfile.mkdtemp(prefix="stampede-redis-")
         self._process: subprocess.Popen[bytes] | None = None
 
@@ -87,6 +90,7 @@ class RedisServer:
                 "no",
                 "--loglevel",
                 "warning",
+                *self.args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

@@ -131,3 +131,15 @@ def test_memoised_call_options_still_reject_what_equals_a_valid_value(sf: stampe
         sf.get_or_rebuild("k", lambda: "v", ttl=1, background=0)
     with pytest.raises(ConfigurationError, match="ttl must be a number"):
         sf.get_or_rebuild("k", lambda: "v", ttl=[1])
+
+
+def test_serializer_from_a_setting() -> None:
+    assert isinstance(stampede.serializer_from("json"), stampede.JsonSerializer)
+    assert isinstance(stampede.serializer_from("PICKLE"), stampede.PickleSerializer)
+    assert isinstance(stampede.serializer_from("stampede.JsonSerializer"), stampede.JsonSerializer)
+    own = stampede.JsonSerializer()
+    assert stampede.serializer_from(own) is own
+    with pytest.raises(ConfigurationError, match="serializer 'nope.Nope' cannot be imported"):
+        stampede.serializer_from("nope.Nope")
+    with pytest.raises(ConfigurationError, match="serializer must be 'pickle', 'json'"):
+        stampede.serializer_from(42)

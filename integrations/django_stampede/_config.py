@@ -30,7 +30,6 @@ _STAMPEDE_OPTIONS = {
     "FAIL_OPEN": "fail_open",
 }
 _OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "ON_EVENT"}
-_SERIALIZERS = {"pickle": stampede.PickleSerializer, "json": stampede.JsonSerializer}
 _DEFAULT_POOL = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, "health_check_interval": 30}
 
 
@@ -76,19 +75,16 @@ def _servers(location: Any) -> tuple[str, ...]:
     return tuple(servers)
 
 
-def _checked_serializer(setting: Any) -> Any:
+def _settled(setting: Any) -> Any:
     _serializer(setting)  # fail now, at configuration, not at first use
     return setting
 
 
-def _serializer(value: Any) -> stampede.Serializer:
-    if isinstance(value, str):
-        value = _SERIALIZERS.get(value.lower()) or _import("SERIALIZER", value)
-    if isinstance(value, type):
-        value = value()
-    if not isinstance(value, stampede.Serializer):
-        raise _bad("OPTIONS['SERIALIZER']", f"must be 'pickle', 'json' or a serializer, got {value!r}")
-    return value
+def _serializer(setting: Any) -> stampede.Serializer:
+    try:
+        return stampede.serializer_from(setting)
+    except stampede.ConfigurationError as exc:
+        raise _bad("OPTIONS['SERIALIZER']", f"is invalid: {exc}") from exc
 
 
 def _import(setting: str, path: str) -> Any:
@@ -176,7 +172,7 @@ class CacheConfig:
             pool_key=_hashable(pool),
             options=options,
             namespace=namespace,
-            serializer=_checked_serializer(raw.get("SERIALIZER", "pickle")),
+            serializer=_settled(raw.get("SERIALIZER", "pickle")),
             on_event=on_event,
         )
 

@@ -7,8 +7,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from werkzeug.utils import import_string
-
 import stampede
 
 __all__ = ["Settings", "build_serializer"]
@@ -33,7 +31,6 @@ _OWN = {
     "STAMPEDE_CACHE_CONTROL",
 }
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
-_SERIALIZERS = {"pickle": stampede.PickleSerializer, "json": stampede.JsonSerializer}
 
 
 def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
@@ -41,21 +38,11 @@ def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
 
 
 def build_serializer(setting: Any, name: str = "STAMPEDE_SERIALIZER") -> stampede.Serializer:
-    """A serializer from ``"pickle"``, ``"json"``, a dotted path, a class or an instance."""
-    value = setting
-    if isinstance(value, str):
-        if value.lower() in _SERIALIZERS:
-            value = _SERIALIZERS[value.lower()]
-        else:
-            try:
-                value = import_string(value)
-            except ImportError as exc:
-                raise _bad(name, f"cannot import {setting!r}: {exc}") from exc
-    if isinstance(value, type):
-        value = value()
-    if not isinstance(value, stampede.Serializer):
-        raise _bad(name, f"must be 'pickle', 'json' or a stampede serializer, got {setting!r}")
-    return value
+    """The serializer a setting names, or an error naming the setting."""
+    try:
+        return stampede.serializer_from(setting)
+    except stampede.ConfigurationError as exc:
+        raise _bad(name, f"is invalid: {exc}") from exc
 
 
 @dataclass(frozen=True)

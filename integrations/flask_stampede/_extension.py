@@ -102,7 +102,10 @@ class Stampede:
         settings = Settings.from_config(app.config)
         try:
             client = redis.Redis.from_url(settings.redis_url, **settings.redis_options)
-            client.connection_pool.make_connection()  # builds (does not connect): checks the options now
+            pool = client.connection_pool
+            pool.connection_class(
+                **pool.connection_kwargs
+            )  # built, not connected nor pooled: checks the options
         except (TypeError, ValueError) as exc:
             raise stampede.ConfigurationError(
                 f"flask_stampede: STAMPEDE_REDIS_OPTIONS is invalid: {exc}"

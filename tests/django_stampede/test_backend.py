@@ -28,7 +28,11 @@ def backend(**options: Any) -> StampedeCache:
         (URL, {"LEASE_TTL": "5"}, r"OPTIONS\['LEASE_TTL'\] is invalid"),
         (URL, {"ON_WAIT_TIMEOUT": "wait"}, r"OPTIONS\['ON_WAIT_TIMEOUT'\] is invalid"),
         (URL, {"NAMESPACE": "a{b"}, r"OPTIONS\['NAMESPACE'\] is invalid"),
-        (URL, {"SERIALIZER": "yaml.nope"}, r"OPTIONS\['SERIALIZER'\] cannot import"),
+        (
+            URL,
+            {"SERIALIZER": "yaml.nope"},
+            r"OPTIONS\['SERIALIZER'\] is invalid: serializer 'yaml.nope' cannot be imported",
+        ),
         (URL, {"serializer": "x"}, r"OPTIONS\['serializer'\] is not supported"),
         (URL, {"socket_timeot": 1}, r"OPTIONS\['socket_timeot'\] is not a known option"),
         (URL, "nope", r"OPTIONS must be a dict"),
@@ -76,6 +80,7 @@ def test_instances_with_the_same_settings_share_one_core() -> None:
 
 def test_primary_and_replicas() -> None:
     cache = StampedeCache(f"{URL},{URL}", {})
+    assert len(cache.stampede.replicas) == 1  # the rest of LOCATION; reads there: tests/test_replicas.py
     cache.set("k", "v")
     assert cache.get("k") == "v"
 

@@ -184,7 +184,10 @@ def test_memoize_sync_and_async_and_delete_memoized() -> None:
         ({"STAMPEDE_TTL": "60"}, "STAMPEDE_TTL is invalid"),
         ({"STAMPEDE_REDIS_URL": "localhost:6379"}, "STAMPEDE_REDIS_URL must be a redis://"),
         ({"STAMPEDE_NAMESPACE": "a{b"}, "namespace must not contain"),
-        ({"STAMPEDE_SERIALIZER": "nope.Nope"}, "STAMPEDE_SERIALIZER cannot import"),
+        (
+            {"STAMPEDE_SERIALIZER": "nope.Nope"},
+            "STAMPEDE_SERIALIZER is invalid: serializer .nope.Nope. cannot be imported",
+        ),
         ({"STAMPEDE_CACHE_HEADER": 5}, "STAMPEDE_CACHE_HEADER must be a header name"),
         ({"STAMPEDE_CACHE_CONTROL": "yes"}, "STAMPEDE_CACHE_CONTROL must be True or False"),
         ({"CACHE_OPTIONS": {"stale_tll": 5}}, r"CACHE_OPTIONS\['stale_tll'\] is not a known option"),
