@@ -38,15 +38,20 @@ endif
 
 ## make lint: ruff and mypy, as CI runs them
 lint: $(STAMP)
-	$(BIN)/ruff check stampede integrations tests bench
-	$(BIN)/ruff format --check stampede integrations tests bench
+	$(BIN)/ruff check stampede integrations tests bench example_project
+	$(BIN)/ruff format --check stampede integrations tests bench example_project
 	$(BIN)/mypy
 
-## make demo: the side-by-side benchmark on an embedded redis-server
+## make demo: the example Django site and Flask app under a stampede, on
+## their stock Redis caches and then on stampede (an embedded redis-server
+## unless REDIS_URL is set); prints a table per app, writes stampede-demo.png
 demo: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m stampede demo $(DEMO_ARGS)
 
-bench: demo
+## make bench: stampede side by side with its peers, each on its own redis-server
+bench: $(STAMP)
+	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) $(VENV6) .pytest_cache .mypy_cache .ruff_cache .cache
+	rm -rf $(VENV) $(VENV6) .pytest_cache .mypy_cache .ruff_cache .cache stampede-demo.png

@@ -1,0 +1,11 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from . import views
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("report/", views.report, name="report"),
+    path("dashboard/", views.dashboard, name="dashboard"),
+]

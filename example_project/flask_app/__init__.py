@@ -1,0 +1,75 @@
+"""A small Flask app whose expensive pages are cached the usual Flask ways:
+stampede's ``@stampede.cached`` on one view, and Flask-Caching's
+``@cache.cached`` on another (with stampede as the Flask-Caching backend).
+
+``EXAMPLE_CACHE=stock`` gives both views Flask-Caching's own ``RedisCache``
+instead, which is what the demo compares against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from flask import Flask, render_template
+from flask_caching import Cache
+from flask_stampede import Stampede
+
+from ..expensive import build_report
+from ..settings import Settings, load
+
+__all__ = ["create_app"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def create_app(settings: Settings | None = None) -> Flask:
+    """The app, configured from the environment unless ``settings`` are given."""
+    example = settings or load()
+    app = Flask(__name__)
+    cache = Cache()
+    if example.cache == "stock":
+        app.config.update(
+            CACHE_TYPE="RedisCache",
+            CACHE_REDIS_URL=example.redis_url,
+            CACHE_DEFAULT_TIMEOUT=example.ttl,
+            CACHE_KEY_PREFIX=f"{example.key_prefix}:",
+        )
+        cache.init_app(app)
+        whole_page: Callable[[F], F] = cache.cached(timeout=example.ttl)
+    else:
+        app.config.update(
+            STAMPEDE_REDIS_URL=example.redis_url,
+            STAMPEDE_NAMESPACE=f"{example.key_prefix}:flask",
+            STAMPEDE_TTL=example.ttl,
+            # A page past its TTL is served for this much longer while one request re-renders it.
+            STAMPEDE_STALE_TTL=example.stale_ttl,
+            STAMPEDE_CACHE_HEADER="X-Cache",
+            # Flask-Caching code, unchanged, on stampede's backend:
+            CACHE_TYPE="flask_stampede.StampedeCache",
+            CACHE_REDIS_URL=example.redis_url,
+            CACHE_DEFAULT_TIMEOUT=example.ttl,
+            CACHE_KEY_PREFIX=f"{example.key_prefix}:",
+            CACHE_OPTIONS={"stale_ttl": example.stale_ttl},
+        )
+        cache.init_app(app)
+        whole_page = Stampede(app).cached()
+
+    @app.get("/")
+    def home() -> str:
+        """Not cached: links to the two expensive pages."""
+        return render_template("home.html", example=example)
+
+    @app.get("/report")
+    @whole_page
+    def report() -> str:
+        """The whole response is cached (``@stampede.cached``, or Flask-Caching's with ``stock``)."""
+        return render_template("report.html", report=build_report(example, "flask", "report"))
+
+    @app.get("/dashboard")
+    @cache.cached(timeout=example.ttl)
+    def dashboard() -> str:
+        """Flask-Caching's ``@cache.cached``, as existing apps have it."""
+        return render_template("report.html", report=build_report(example, "flask", "dashboard"))
+
+    return app
