@@ -25,7 +25,8 @@ def load_app(name: str) -> WSGIApp:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "example_project.django_site.settings")
         from example_project.django_site.wsgi import application
 
-        return application
+        wsgi: WSGIApp = application
+        return wsgi
     if name == "flask":
         from example_project.flask_app import create_app
 

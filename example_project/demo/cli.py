@@ -244,7 +244,8 @@ def _run(
         bar.update(round(args.duration) - shown)  # type: ignore[attr-defined]
     expensive = []
     for entry in client.lrange(runs_key(prefix), 0, -1):
-        label, _, at = entry.decode().rpartition(" ")
+        text = entry.decode() if isinstance(entry, bytes) else entry
+        label, _, at = text.rpartition(" ")
         expensive.append((label.partition(":")[2], float(at) - load.started))
     return Run(app, cache, args.duration, args.ttl, args.rebuild_time, requests, expensive)
 

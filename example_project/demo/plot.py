@@ -50,7 +50,8 @@ def plot(runs: Sequence[Run], path: Path, title: str) -> None:
             # (stampede's one refreshing request per expiry waits too).
             p95 = [percentile(b, 0.95) for b in per_bin]
             worst = [max(b) if b else math.nan for b in per_bin]
-            latency.plot(starts, p95, color=colour, label=f"{label}: p95")
+            # Markers: a bin between two empty ones (everyone waiting) has no line to draw.
+            latency.plot(starts, p95, color=colour, marker="o", markersize=2.5, label=f"{label}: p95")
             latency.plot(starts, worst, color=colour, linewidth=0.8, alpha=0.4, label=f"{label}: slowest")
             runs_per_bin = [0] * count
             for _, at in run.expensive_runs:

@@ -9,7 +9,7 @@ instead, which is what the demo compares against.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from flask import Flask, render_template
 from flask_caching import Cache
@@ -20,7 +20,7 @@ from ..settings import Settings, load
 
 __all__ = ["create_app"]
 
-F = TypeVar("F", bound=Callable[..., Any])
+View = Callable[..., Any]
 
 
 def create_app(settings: Settings | None = None) -> Flask:
@@ -36,7 +36,7 @@ def create_app(settings: Settings | None = None) -> Flask:
             CACHE_KEY_PREFIX=f"{example.key_prefix}:",
         )
         cache.init_app(app)
-        whole_page: Callable[[F], F] = cache.cached(timeout=example.ttl)
+        whole_page: Callable[[View], View] = cache.cached(timeout=example.ttl)
     else:
         app.config.update(
             STAMPEDE_REDIS_URL=example.redis_url,
