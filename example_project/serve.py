@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,14 +36,27 @@ def load_app(name: str) -> WSGIApp:
     raise ValueError(f"app must be 'django' or 'flask', got {name!r}")
 
 
+def _exit_on_eof() -> None:
+    sys.stdin.buffer.read()  # returns when the parent closes the pipe or dies
+    os._exit(0)  # waitress holds the main thread; nothing here needs a graceful exit
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m example_project.serve", description=__doc__)
     parser.add_argument("app", choices=("django", "flask"))
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=16, help="worker threads (default 16)")
+    parser.add_argument(
+        "--exit-on-eof",
+        action="store_true",
+        help="exit when stdin closes (the demo uses this so that no server outlives it)",
+    )
     args = parser.parse_args(argv)
     import waitress
+
+    if args.exit_on_eof:
+        threading.Thread(target=_exit_on_eof, name="exit-on-eof", daemon=True).start()
 
     waitress.serve(
         load_app(args.app),

@@ -2,8 +2,10 @@
 
 ``REDIS_URL``: where the cache lives (default ``redis://127.0.0.1:6379/0``).
 ``EXAMPLE_CACHE``: ``stampede`` (default) or ``stock``, the framework's own
-Redis cache. ``EXAMPLE_TTL``: seconds a page is fresh. ``EXAMPLE_REBUILD_SECONDS``:
-how long the expensive part takes. ``EXAMPLE_KEY_PREFIX``: a prefix for every
+Redis cache. ``EXAMPLE_TTL``: seconds a page is fresh; ``EXAMPLE_STALE_TTL``:
+seconds after that it may be served stale. ``EXAMPLE_REBUILD_SECONDS``: how
+long the expensive part takes. ``EXAMPLE_WAIT_TIMEOUT``: how long a request
+waits for another's rebuild. ``EXAMPLE_KEY_PREFIX``: a prefix for every
 cache key, so one Redis can hold several runs apart.
 """
 
@@ -25,6 +27,7 @@ class Settings:
     ttl: int
     stale_ttl: int
     rebuild_seconds: float
+    wait_timeout: float
     key_prefix: str
 
 
@@ -44,11 +47,14 @@ def load() -> Settings:
     cache = os.environ.get("EXAMPLE_CACHE", "stampede")
     if cache not in ("stampede", "stock"):
         raise ValueError(f"EXAMPLE_CACHE must be 'stampede' or 'stock', got {cache!r}")
+    rebuild_seconds = _number("EXAMPLE_REBUILD_SECONDS", "1.0", float)
     return Settings(
         redis_url=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
         cache=cache,  # type: ignore[arg-type]
         ttl=int(_number("EXAMPLE_TTL", "10", int)),
         stale_ttl=int(_number("EXAMPLE_STALE_TTL", "300", int)),
-        rebuild_seconds=_number("EXAMPLE_REBUILD_SECONDS", "1.0", float),
+        rebuild_seconds=rebuild_seconds,
+        # Waiting requests should outlast the rebuild they wait for, however slow it is made.
+        wait_timeout=_number("EXAMPLE_WAIT_TIMEOUT", str(max(10.0, 3 * rebuild_seconds)), float),
         key_prefix=os.environ.get("EXAMPLE_KEY_PREFIX", "example"),
     )

@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import importlib.util
 import json
+import math
 import os
 import platform
 import secrets
@@ -22,15 +23,19 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import redis
 
+import stampede
 from example_project.expensive import runs_key
 
 from .load import Stampede, Target
 from .report import Run, Summary, render_tables, summarise
-from .servers import ServerError, app_servers
+from .servers import STOP_SIGNALS, ServerError, app_servers, deferred_signals
+
+if TYPE_CHECKING:
+    from stampede.testing import RedisServer
 
 __all__ = ["main"]
 
@@ -55,12 +60,27 @@ def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-        if not value > 0:
-            raise argparse.ArgumentTypeError(f"must be more than 0, got {text!r}")
+            what = "a whole number" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(f"must be more than 0 and finite, got {text!r}")
         return value
 
     return parse
+
+
+def _redis_url(text: str) -> str:
+    if not text.startswith(("redis://", "rediss://", "unix://")):
+        raise argparse.ArgumentTypeError(f"must start with redis://, rediss:// or unix://, got {text!r}")
+    return text
+
+
+def _writable(option: str, path: Path) -> None:
+    """Refuse an output path whose directory cannot be written, before the run rather than after."""
+    directory = path.resolve().parent
+    existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
+        raise SystemExit(f"stampede demo: {option} {path}: cannot write into {directory}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -92,6 +112,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--redis-url",
+        type=_redis_url,
         default=os.environ.get("REDIS_URL") or None,
         help="use this Redis instead of starting a redis-server (default: $REDIS_URL)",
     )
@@ -99,7 +120,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--output", type=Path, default=Path("stampede-demo.png"), help="the PNG (stampede-demo.png)"
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    _writable("--output", args.output)
+    if args.json is not None:
+        _writable("--json", args.json)
+    return args
 
 
 def log(message: str) -> None:
@@ -118,10 +143,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     missing = _missing_modules()
     if missing:
-        log(f"missing {', '.join(missing)}: pip install 'stampede[demo]'")
+        log(f"missing {', '.join(missing)}: in a checkout, pip install -e '.[demo]' (or make demo)")
         return 2
-    signal.signal(signal.SIGTERM, _interrupt)
+    for sig in STOP_SIGNALS[1:]:  # SIGTERM and SIGHUP take the same way out as Ctrl-C
+        signal.signal(sig, _interrupt)
     apps = [app for app in PAGES if app in (args.app or PAGES)]
+    processes: dict[str, object] = {"redis": None, "servers": []}
     try:
         with contextlib.ExitStack() as stack:
             url = args.redis_url
@@ -129,14 +156,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                 from stampede.testing import RedisServer
 
                 server = RedisServer()
-                stack.callback(server.close)
+                stack.callback(_close_shielded, server)
                 url = server.start().url
-                log(f"started a redis-server for the demo at {url}")
-            runs = _run_all(url, apps, args)
+                processes["redis"] = server.pid
+                log(f"started a redis-server for the demo at {url} (pid {server.pid})")
+            runs = _run_all(url, apps, args, processes)
     except KeyboardInterrupt:
         log("interrupted; everything the demo started is stopped")
         return 130
-    except (ServerError, redis.RedisError) as exc:
+    except ServerError as exc:
+        log(f"failed: {exc}")
+        return 1
+    except redis.RedisError as exc:
+        where = f"--redis-url {args.redis_url}" if args.redis_url else "the demo's redis-server"
+        log(f"failed: Redis error with {where}: {exc}")
+        return 1
+    except (stampede.StampedeError, RuntimeError, OSError) as exc:
         log(f"failed: {exc}")
         return 1
     summaries = [summary for run in runs for summary in summarise(run)]
@@ -150,13 +185,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for app in apps:
         print(_verdict(app, summaries))
-    _write_plot(runs, args)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        document = {"settings": _settings(args), "summaries": [s.as_dict() for s in summaries]}
-        args.json.write_text(json.dumps(document, indent=2), encoding="utf-8")
+        document = {
+            "settings": _settings(args),
+            "processes": processes,
+            "summaries": [s.as_dict() for s in summaries],
+        }
+        args.json.write_text(json.dumps(_no_nan(document), indent=2), encoding="utf-8")
         log(f"figures written to {args.json}")
+    try:
+        _write_plot(runs, args)
+    except OSError as exc:
+        log(f"could not write the plot to {args.output}: {exc}")
+        return 1
     return 0
+
+
+def _close_shielded(server: RedisServer) -> None:
+    with deferred_signals():
+        server.close()
+
+
+def _no_nan(value: object) -> object:
+    """NaN (no successful request to take a percentile of) is not JSON: null instead."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _no_nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_nan(v) for v in value]
+    return value
 
 
 def _settings(args: argparse.Namespace) -> dict[str, object]:
@@ -170,11 +229,14 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _run_all(url: str, apps: Sequence[str], args: argparse.Namespace) -> list[Run]:
+def _run_all(
+    url: str, apps: Sequence[str], args: argparse.Namespace, processes: dict[str, object]
+) -> list[Run]:
     from tqdm import tqdm
 
     run_id = secrets.token_hex(3)
-    client = redis.Redis.from_url(url, socket_timeout=10)
+    client = redis.Redis.from_url(url, socket_timeout=10, socket_connect_timeout=5)
+    client.ping()  # before any server starts: a wrong URL fails at once, by name
     runs: list[Run] = []
     log(
         f"{args.clients} clients, {args.duration:g} s per app and cache, pages fresh for {args.ttl} s, "
@@ -193,7 +255,7 @@ def _run_all(url: str, apps: Sequence[str], args: argparse.Namespace) -> list[Ru
                 for cache in CACHES:
                     prefix = f"demo-{run_id}-{app}-{cache}"
                     bar.set_description_str(f"{app:>6} · {cache:<8}")
-                    run = _run(client, url, app, cache, prefix, args, bar)
+                    run = _run(client, url, app, cache, prefix, args, bar, processes)
                     runs.append(run)
                     if bar.disable:
                         log(
@@ -215,6 +277,7 @@ def _run(
     prefix: str,
     args: argparse.Namespace,
     bar: object,
+    processes: dict[str, object],
 ) -> Run:
     """Serve ``app`` on ``cache`` and stampede it for ``args.duration`` seconds."""
     env = {
@@ -226,13 +289,18 @@ def _run(
     }
     # A thread per client and a few spare: the server is not the bottleneck being shown.
     threads = -(-args.clients // args.processes) + 4
-    with app_servers(app, args.processes, threads, env) as ports:
-        targets = [Target(port, path, page) for page, path, _ in PAGES[app] for port in ports]
-        load = Stampede(targets, args.clients, args.think)
+    with app_servers(app, args.processes, threads, env) as servers:
+        pids = servers.pids
+        processes["servers"].extend(pids)  # type: ignore[attr-defined]
+        _note(bar, f"{app} on {cache}: serving on ports {servers.ports} (pids {pids})")
+        targets = [Target(port, path, page) for page, path, _ in PAGES[app] for port in servers.ports]
+        # Every request is bounded, and outlasts the longest wait for a rebuild.
+        load = Stampede(targets, args.clients, args.think, timeout=max(30.0, 3 * args.rebuild_time + 10))
         load.start()
         shown = 0
         while (elapsed := time.time() - load.started) < args.duration:
             time.sleep(min(0.25, args.duration - elapsed))
+            servers.check()  # a dead server would make the comparison meaningless
             step = min(int(time.time() - load.started), round(args.duration)) - shown
             if step > 0:
                 bar.update(step)  # type: ignore[attr-defined]
@@ -248,6 +316,13 @@ def _run(
         label, _, at = text.rpartition(" ")
         expensive.append((label.partition(":")[2], float(at) - load.started))
     return Run(app, cache, args.duration, args.ttl, args.rebuild_time, requests, expensive)
+
+
+def _note(bar: object, message: str) -> None:
+    """A log line that does not tear the progress bar."""
+    from tqdm import tqdm
+
+    tqdm.write(f"[demo] {message}", file=sys.stderr)
 
 
 def _delete_keys(client: redis.Redis, prefix: str) -> None:
@@ -267,6 +342,8 @@ def _verdict(app: str, summaries: Sequence[Summary]) -> str:
     stock, ours = totals.get("stock"), totals.get("stampede")
     if stock is None or ours is None:
         return ""
+    if stock.errors or ours.errors:
+        return f"{app}: requests failed ({stock.errors} stock, {ours.errors} stampede): no verdict."
     return (
         f"{app}: the expensive code ran {ours.expensive_runs} times on stampede against "
         f"{stock.expensive_runs} on {STOCK[app]}; {ours.slow:,} requests waited for it against "

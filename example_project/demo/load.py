@@ -50,7 +50,7 @@ class Stampede:
     targets: Sequence[Target]
     clients: int
     think: float
-    timeout: float = 30.0
+    timeout: float = 30.0  # a bound on every request, so stop() always returns
     started: float = field(default=0.0, init=False)
     _records: list[list[Request]] = field(default_factory=list, init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
@@ -87,7 +87,8 @@ class Stampede:
         while not self._stop.is_set():
             if connection is None:
                 connection = http.client.HTTPConnection("127.0.0.1", target.port, timeout=self.timeout)
-            begin = time.time()
+            begin = time.time()  # wall clock: compared with the page's own timestamp
+            clock = time.perf_counter()  # for the latency
             try:
                 # One Host for every server process, as behind a load balancer:
                 # cache_page keys pages by their absolute URL.
@@ -95,17 +96,17 @@ class Stampede:
                 response = connection.getresponse()
                 body = response.read()
             except (OSError, http.client.HTTPException) as exc:
-                end = time.time()
+                latency = time.perf_counter() - clock
                 connection.close()
                 connection = None
-                records.append(Request(target.page, begin - self.started, end - begin, 0, None, repr(exc)))
+                records.append(Request(target.page, begin - self.started, latency, 0, None, repr(exc)))
             else:
-                end = time.time()
+                latency = time.perf_counter() - clock
                 match = _FINISHED_AT.search(body)
                 age = begin - float(match.group(1)) if match else None
                 error = None if response.status == 200 else f"HTTP {response.status}"
                 records.append(
-                    Request(target.page, begin - self.started, end - begin, response.status, age, error)
+                    Request(target.page, begin - self.started, latency, response.status, age, error)
                 )
             self._stop.wait(rng.uniform(0.5, 1.5) * self.think)
         if connection is not None:

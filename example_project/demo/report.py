@@ -11,8 +11,9 @@ from .load import Request
 __all__ = ["Run", "Summary", "percentile", "render_tables", "summarise"]
 
 #: A response whose content is older than the TTL by more than this was served stale.
-#: (A fresh page is stored a few milliseconds after its content is built.)
-STALE_MARGIN = 0.1
+#: (A fresh page is stored a few milliseconds after its content is built; a stale
+#: one is at least that old for the whole rebuild.)
+STALE_MARGIN = 0.02
 
 
 @dataclass(frozen=True)

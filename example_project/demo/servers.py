@@ -13,16 +13,20 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 
-__all__ = ["ServerError", "app_servers", "free_port"]
+__all__ = ["AppServers", "ServerError", "app_servers", "deferred_signals", "free_port"]
 
 #: The directory holding ``example_project``: the servers import it from there.
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
+#: The signals that end the demo (Ctrl-C, ``kill``, a closed terminal).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class ServerError(RuntimeError):
-    """An app server did not start; the message carries the end of its output."""
+    """An app server did not start or died; the message carries the end of its output."""
 
 
 def free_port() -> int:
@@ -33,20 +37,62 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
+def deferred_signals() -> Iterator[None]:
+    """Hold back Ctrl-C, SIGTERM and SIGHUP while cleaning up; a second Ctrl-C
+    must not interrupt the stopping of servers. Re-raised as KeyboardInterrupt after."""
+    received: list[int] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        received.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if received:
+        raise KeyboardInterrupt
+
+
+@dataclass(frozen=True)
+class AppServers:
+    """The running server processes of one app."""
+
+    app: str
+    ports: list[int]
+    processes: list[subprocess.Popen[bytes]]
+    logs: list[Path]
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process in self.processes]
+
+    def check(self) -> None:
+        """Raise :class:`ServerError` if a server has exited."""
+        for process, log in zip(self.processes, self.logs, strict=True):
+            if process.poll() is not None:
+                raise ServerError(
+                    f"the {self.app} server (pid {process.pid}) exited with code {process.returncode}:\n"
+                    f"{_tail(log)}"
+                )
+
+
+@contextlib.contextmanager
 def app_servers(
     app: str, count: int, threads: int, env: Mapping[str, str], ready_timeout: float = 60.0
-) -> Iterator[list[int]]:
-    """Run ``count`` server processes of ``app`` (``django`` or ``flask``); their ports.
+) -> Iterator[AppServers]:
+    """Run ``count`` server processes of ``app`` (``django`` or ``flask``), ready to serve.
 
     Each process has ``threads`` worker threads and the environment ``env`` on
-    top of this one. They are stopped on the way out, whatever happens.
+    top of this one. They are stopped on the way out, whatever happens, and
+    exit by themselves if this process dies (they watch their stdin).
     """
     environment = {**os.environ, **env}
     environment["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(SOURCE_ROOT), environment.get("PYTHONPATH")])
     )
-    processes: list[tuple[subprocess.Popen[bytes], Path]] = []
-    ports: list[int] = []
+    servers = AppServers(app, [], [], [])
     with tempfile.TemporaryDirectory(prefix="stampede-demo-") as logs:
         try:
             for index in range(count):
@@ -56,40 +102,45 @@ def app_servers(
                     process = subprocess.Popen(
                         [
                             sys.executable,
-                            *("-m", "example_project.serve", app),
+                            *("-m", "example_project.serve", app, "--exit-on-eof"),
                             *("--port", str(port), "--threads", str(threads)),
                         ],
                         env=environment,
+                        stdin=subprocess.PIPE,
                         stdout=out,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,  # Ctrl-C in the terminal is ours to handle
                     )
-                processes.append((process, log))
-                ports.append(port)
+                servers.processes.append(process)
+                servers.logs.append(log)
+                servers.ports.append(port)
             deadline = time.monotonic() + ready_timeout
-            for (process, log), port in zip(processes, ports, strict=True):
-                _wait_ready(app, process, log, port, deadline)
-            yield ports
+            for port in servers.ports:
+                _wait_ready(servers, port, deadline)
+            yield servers
         finally:
-            for process, _ in processes:
-                _stop(process)
+            with deferred_signals():
+                for process in servers.processes:
+                    _stop(process)
 
 
-def _wait_ready(app: str, process: subprocess.Popen[bytes], log: Path, port: int, deadline: float) -> None:
-    """Poll the home page until it answers 200; a clear error if the process dies or never does."""
+def _wait_ready(servers: AppServers, port: int, deadline: float) -> None:
+    """Poll the home page until it answers 200; a clear error if a process dies or it never does."""
     while True:
-        if process.poll() is not None:
-            raise ServerError(f"the {app} server exited with code {process.returncode}:\n{_tail(log)}")
+        servers.check()
         with contextlib.suppress(OSError, http.client.HTTPException):
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
             try:
-                connection.request("GET", "/")
+                connection.request("GET", "/", headers={"Host": "localhost"})
                 if connection.getresponse().status == 200:
                     return
             finally:
                 connection.close()
         if time.monotonic() > deadline:
-            raise ServerError(f"the {app} server on port {port} did not answer in time:\n{_tail(log)}")
+            log = servers.logs[servers.ports.index(port)]
+            raise ServerError(
+                f"the {servers.app} server on port {port} did not answer in time:\n{_tail(log)}"
+            )
         time.sleep(0.1)
 
 
@@ -102,6 +153,9 @@ def _tail(log: Path, lines: int = 30) -> str:
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM, then SIGKILL after a grace period: never leave a server behind."""
+    if process.stdin is not None:
+        with contextlib.suppress(OSError):
+            process.stdin.close()
     if process.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGTERM)

@@ -53,7 +53,7 @@ else:
             "TIMEOUT": EXAMPLE.ttl,
             "KEY_PREFIX": EXAMPLE.key_prefix,
             # A page past TIMEOUT is served for this much longer while one request re-renders it.
-            "OPTIONS": {"STALE_TTL": EXAMPLE.stale_ttl},
+            "OPTIONS": {"STALE_TTL": EXAMPLE.stale_ttl, "WAIT_TIMEOUT": EXAMPLE.wait_timeout},
         }
     }
 

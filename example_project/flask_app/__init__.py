@@ -44,13 +44,14 @@ def create_app(settings: Settings | None = None) -> Flask:
             STAMPEDE_TTL=example.ttl,
             # A page past its TTL is served for this much longer while one request re-renders it.
             STAMPEDE_STALE_TTL=example.stale_ttl,
+            STAMPEDE_WAIT_TIMEOUT=example.wait_timeout,
             STAMPEDE_CACHE_HEADER="X-Cache",
             # Flask-Caching code, unchanged, on stampede's backend:
             CACHE_TYPE="flask_stampede.StampedeCache",
             CACHE_REDIS_URL=example.redis_url,
             CACHE_DEFAULT_TIMEOUT=example.ttl,
             CACHE_KEY_PREFIX=f"{example.key_prefix}:",
-            CACHE_OPTIONS={"stale_ttl": example.stale_ttl},
+            CACHE_OPTIONS={"stale_ttl": example.stale_ttl, "wait_timeout": example.wait_timeout},
         )
         cache.init_app(app)
         whole_page = Stampede(app).cached()

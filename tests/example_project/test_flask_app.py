@@ -28,6 +28,7 @@ def make_app(redis_url: str, namespace: str) -> Iterator[Callable[[str], Flask]]
             ttl=60,
             stale_ttl=60,
             rebuild_seconds=0.0,
+            wait_timeout=10.0,
             key_prefix=f"{namespace}-{cache}",
         )
         app = create_app(settings)
