@@ -1,7 +1,13 @@
-"""The side-by-side benchmark of stampede: ``python -m bench`` (see ``bench/__main__.py``).
+"""The side-by-side benchmark of stampede and its peers: ``python -m bench`` (see ``bench/__main__.py``).
 
-Three scenarios, each against a real redis-server: the cost of a hit
+The peers (:mod:`bench.peers`) are what a user would pick instead: naive
+cache-aside, Django's ``RedisCache.get_or_set``, dogpile.cache with a
+distributed lock, redis-py's ``Lock`` around cache-aside, Flask-Caching's
+``memoize``, and stampede's sync and asyncio drivers, each against a
+redis-server of its own. Three scenarios: the cost of a hit
 (:mod:`bench.hitpath`), a cold key hit by 64 callers at once
 (:mod:`bench.cold`), and a hot key expiring every second under the same load
-(:mod:`bench.hot`). The results are Markdown tables (:mod:`bench.report`).
+(:mod:`bench.hot`), run by one set of worker processes (:mod:`bench._load`,
+:mod:`bench._workers`). The results are Markdown tables (:mod:`bench.summary`,
+:mod:`bench.report`) and a PNG (:mod:`bench.plot`).
 """

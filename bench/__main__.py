@@ -1,9 +1,12 @@
-"""``python -m bench``: run the scenarios side by side and print Markdown tables.
+"""``python -m bench``: run stampede and its peers side by side; print Markdown, draw a PNG.
 
-Uses the Redis at ``--redis-url`` (or ``$REDIS_URL``) if given, else starts a
-throwaway redis-server (:class:`stampede.testing.RedisServer`) and always
-stops it, on errors and Ctrl-C too. The tables also go to
-``bench/results/latest.md``; progress goes to stderr.
+Each peer (:data:`bench.peers.PEERS`) gets a throwaway redis-server of its
+own (:class:`stampede.testing.RedisServer`), always stopped afterwards, on
+errors and Ctrl-C too; with ``--redis-url`` (or ``$REDIS_URL``) they all
+share that one instead. One set of worker processes runs every phase of
+every peer, so the peers are measured in the same conditions, alternating
+where a scenario allows. The tables also go to ``bench/results/latest.md``
+and the plot to ``bench/results/latest.png``; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -26,15 +29,21 @@ import redis
 import stampede
 from stampede.testing import RedisServer
 
-from . import cold, hitpath, hot
-from ._load import WorkerError
-from ._workload import NAMESPACE, key_prefix
+from . import cold, hitpath, hot, plot, summary
+from ._load import WorkerError, run_phases
+from ._meter import CommandMeter
+from ._phase import Phase, PhaseResult
+from ._workers import Setup
+from ._workload import key_prefix
+from .peers import PEERS, PeerSpec, spec
 from .report import Section, environment_line, render_document
+from .summary import Figures
 
 PROCESSES = 4
 THREADS = 16
 SCENARIOS = ("hit", "cold", "hot")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
+PLOT = RESULTS.with_suffix(".png")
 
 
 @dataclass(frozen=True)
@@ -46,26 +55,33 @@ class Settings:
     hot_think: float
 
 
-FULL = Settings(hit_rounds=7, hit_calls=5000, cold_trials=3, hot_duration=8.0, hot_think=0.01)
+FULL = Settings(hit_rounds=7, hit_calls=4000, cold_trials=5, hot_duration=10.0, hot_think=0.01)
 QUICK = Settings(hit_rounds=3, hit_calls=1000, cold_trials=1, hot_duration=3.0, hot_think=0.01)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
-        description="stampede against naive cache-aside on a real Redis, side by side.",
+        description="stampede and the caches a user would pick instead, side by side on real Redis servers.",
     )
     parser.add_argument(
         "--redis-url",
         default=os.environ.get("REDIS_URL") or None,
-        help="use this Redis instead of starting a redis-server (default: $REDIS_URL)",
+        help="use this one Redis for every peer instead of starting a redis-server per peer "
+        "(default: $REDIS_URL)",
     )
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and shorter runs (~30 s)")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and shorter runs (~1 min)")
     parser.add_argument(
         "--scenario",
         action="append",
         choices=SCENARIOS,
         help="run only this scenario (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        choices=[peer.name for peer in PEERS],
+        help="run only this peer (repeatable; default: all that are installed)",
     )
     return parser.parse_args(argv)
 
@@ -78,74 +94,199 @@ def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
     raise KeyboardInterrupt  # SIGTERM takes the same way out as Ctrl-C
 
 
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it: no machine's paths in output."""
+    with contextlib.suppress(ValueError):
+        return str(path.relative_to(Path.cwd()))
+    return str(path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = QUICK if args.quick else FULL
     chosen = [name for name in SCENARIOS if name in (args.scenario or SCENARIOS)]
+    asked = [peer for peer in PEERS if peer.name in (args.peer or [p.name for p in PEERS])]
+    peers = [peer for peer in asked if not peer.missing()]
+    skipped = [
+        f"Skipped {peer.label}: {', '.join(peer.missing())} not installed "
+        "(`pip install stampede[bench]` installs every peer)."
+        for peer in asked
+        if peer.missing()
+    ]
+    for note in skipped:
+        log(note)
+    if not peers:
+        log("no peer to run")
+        return 1
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     try:
         with contextlib.ExitStack() as stack:
-            url = args.redis_url
-            if url is None:
-                server = RedisServer()
-                stack.callback(server.close)
-                url = server.start().url
-                log(f"started redis-server on {url}")
-            document = run(url, chosen, settings, quick=args.quick, started=started)
+            if args.redis_url is not None:
+                urls = {peer.name: args.redis_url for peer in peers}
+                where = (
+                    "Every peer used the one Redis given with `--redis-url`: the command counts include "
+                    "whatever else that server ran meanwhile."
+                )
+            else:
+                urls = {}
+                for peer in peers:
+                    server = RedisServer()
+                    stack.callback(server.close)
+                    urls[peer.name] = server.start().url
+                log(f"started {len(urls)} redis-server(s), one per peer")
+                where = "Each peer had a redis-server of its own, started for this run and stopped after it."
+            sections, figures, version = run(urls, peers, chosen, settings, started=started)
     except KeyboardInterrupt:
         log("interrupted")
         return 130
     except (WorkerError, stampede.StampedeError, redis.RedisError) as exc:
         log(f"failed: {exc}")
         return 1
+    environment = environment_line(version, quick=args.quick)
+    image = _draw(figures, environment)
+    notes = [
+        where,
+        *summary.observations(figures, callers=PROCESSES * THREADS),
+        *(_configured(peer) for peer in peers),
+        *skipped,
+    ]
+    side_by_side = _summary(figures, notes, image, shared=args.redis_url is not None)
+    footer = (
+        f"_{len(chosen)} scenario(s), {len(peers)} peer(s) in {time.monotonic() - started:.0f} s; "
+        "`python -m bench`._"
+    )
+    document = render_document(environment, [side_by_side, *sections], footer)
     print(document, end="")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(document, encoding="utf-8")
-    log(f"wrote {RESULTS} ({time.monotonic() - started:.0f} s in all)")
+    log(f"wrote {_shown(RESULTS)} ({time.monotonic() - started:.0f} s in all)")
+    if image is not None:
+        log(f"the plot is in {_shown(image)}")
     return 0
 
 
-def run(url: str, chosen: Sequence[str], settings: Settings, *, quick: bool, started: float) -> str:
-    """Run the ``chosen`` scenarios against ``url``; the Markdown document."""
+def run(
+    urls: Mapping[str, str],
+    peers: Sequence[PeerSpec],
+    chosen: Sequence[str],
+    settings: Settings,
+    *,
+    started: float,
+) -> tuple[list[Section], list[Figures], str]:
+    """Run the ``chosen`` scenarios for ``peers``: the sections, the summary's rows, the Redis version."""
     run_id = secrets.token_hex(4)
-    client = redis.Redis.from_url(url, socket_timeout=10.0)
+    phases: list[Phase] = cold.warmups(peers, run_id)
+    if "hit" in chosen:
+        phases += hitpath.phases(peers, run_id, rounds=settings.hit_rounds, calls=settings.hit_calls)
+    if "cold" in chosen:
+        phases += cold.phases(peers, run_id, trials=settings.cold_trials)
+    if "hot" in chosen:
+        phases += hot.phases(peers, run_id, duration=settings.hot_duration, think=settings.hot_think)
+    setup = Setup(urls=dict(urls), prefix=key_prefix(run_id), threads=THREADS)
+    meter = CommandMeter(phases, urls)
+    clients = {url: redis.Redis.from_url(url, socket_timeout=10.0) for url in set(urls.values())}
     try:
-        version = str(client.info("server")["redis_version"])
-        sections: list[Section] = []
-        for name in chosen:
-            log(f"{name}: running ({time.monotonic() - started:.0f} s so far)")
-            sections.append(_scenario(name, url, run_id, settings))
+        version = str(next(iter(clients.values())).info("server")["redis_version"])
+        announced: set[tuple[str, str]] = set()
+
+        def on_start(index: int) -> None:
+            phase = phases[index]
+            # One line per scenario, and per peer where a phase is long.
+            what = (phase.scenario, phase.row if phase.scenario in ("hit", "hot") else "")
+            if what not in announced:
+                announced.add(what)
+                subject = f" {phase.row}" if what[1] else ""
+                log(f"{phase.scenario}{subject}: running ({time.monotonic() - started:.0f} s so far)")
+            meter.start(index)
+
+        log(f"spawning {PROCESSES} worker processes for {len(phases)} phases")
+        records = run_phases(setup, phases, processes=PROCESSES, on_start=on_start, on_end=meter.end)
+        results = [
+            PhaseResult(
+                phase,
+                record,
+                rebuilds=int(clients[urls[phase.peer]].get(phase.counter_key) or 0),
+                commands=meter.commands.get(index),
+            )
+            for index, (phase, record) in enumerate(zip(phases, records, strict=True))
+        ]
     finally:
-        with contextlib.suppress(redis.RedisError):
-            _delete_keys(client, run_id)
-        client.close()
-    footer = f"_{len(sections)} scenario(s) in {time.monotonic() - started:.0f} s; `python -m bench`._"
-    return render_document(environment_line(version, quick=quick), sections, footer)
+        meter.close()
+        for client in clients.values():
+            with contextlib.suppress(redis.RedisError):
+                _delete_keys(client, run_id)
+            client.close()
+
+    figures = {row: _figures(row) for row in dict.fromkeys(phase.row for phase in phases)}
+    # The summary lists each peer's variants right after it.
+    order = [row for peer in peers for row in figures if row.split("+")[0] == peer.name]
+    sections: list[Section] = []
+    if "hit" in chosen:
+        sections.append(hitpath.section(_of(results, "hit"), figures))
+    if "cold" in chosen:
+        sections.append(cold.section(_of(results, "cold"), figures, processes=PROCESSES, threads=THREADS))
+    if "hot" in chosen:
+        sections.append(
+            hot.section(
+                _of(results, "hot"),
+                figures,
+                duration=settings.hot_duration,
+                think=settings.hot_think,
+                processes=PROCESSES,
+                threads=THREADS,
+            )
+        )
+    return sections, [figures[row] for row in order], version
 
 
-def _scenario(name: str, url: str, run_id: str, settings: Settings) -> Section:
-    if name == "hit":
-        return hitpath.run(url, run_id=run_id, rounds=settings.hit_rounds, calls=settings.hit_calls)
-    if name == "cold":
-        return cold.run(url, run_id=run_id, trials=settings.cold_trials, processes=PROCESSES, threads=THREADS)
-    return hot.run(
-        url,
-        run_id=run_id,
-        duration=settings.hot_duration,
-        think=settings.hot_think,
-        processes=PROCESSES,
-        threads=THREADS,
+def _of(results: Sequence[PhaseResult], scenario: str) -> list[PhaseResult]:
+    return [result for result in results if result.phase.scenario == scenario]
+
+
+def _figures(row: str) -> Figures:
+    peer = spec(row.split("+")[0])
+    return Figures(
+        row=row,
+        label=peer.row_label(row),
+        short=peer.row_short(row),
+        highlight=peer.name.startswith("stampede"),
     )
+
+
+def _configured(peer: PeerSpec) -> str:
+    versions = peer.versions()
+    return f"{peer.label}{f' ({versions})' if versions else ''}: {peer.config}"
+
+
+def _summary(
+    figures: Sequence[Figures], notes: Sequence[str], image: Path | None, *, shared: bool
+) -> Section:
+    section = summary.section(figures, hot_ttl=hot.TTL, shared=shared, notes=notes)
+    if image is None:
+        return section
+    # The PNG sits next to latest.md, so a relative link shows it wherever the pair is viewed.
+    return Section(
+        title=section.title,
+        intro=f"{section.intro}\n\n![The same figures as bars]({image.name})",
+        table=section.table,
+        notes=section.notes,
+    )
+
+
+def _draw(figures: Sequence[Figures], environment: str) -> Path | None:
+    try:
+        return plot.draw(figures, environment=environment, path=PLOT, hot_ttl=hot.TTL)
+    except ImportError:
+        log("matplotlib is not installed: no plot (`pip install matplotlib`)")
+        return None
 
 
 def _delete_keys(client: redis.Redis, run_id: str) -> None:
     """Remove what this run wrote, in case the Redis is not a throwaway one."""
-    prefix = key_prefix(run_id)
-    for pattern in (f"{prefix}*", f"{NAMESPACE}:{{{prefix}*"):
-        keys = list(client.scan_iter(match=pattern, count=1000))
-        if keys:
-            client.unlink(*keys)
+    keys = list(client.scan_iter(match=f"*{key_prefix(run_id)}*", count=1000))
+    for start in range(0, len(keys), 1000):
+        client.unlink(*keys[start : start + 1000])
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ from multiprocessing.process import BaseProcess
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 
-from ._workers import Phase, PhaseRecord, WorkerReport, barrier_timeout, worker_main
+from ._phase import Phase, PhaseRecord
+from ._workers import Setup, WorkerReport, barrier_timeout, worker_main
 
 __all__ = ["WorkerError", "run_phases"]
 
@@ -26,27 +27,29 @@ class WorkerError(RuntimeError):
 
 
 def run_phases(
-    url: str,
+    setup: Setup,
     phases: Sequence[Phase],
     *,
     processes: int,
-    threads: int,
-    prepare: Callable[[Phase], None] | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_end: Callable[[int], None] | None = None,
 ) -> list[PhaseRecord]:
-    """Run ``phases`` in order on ``processes`` x ``threads`` callers; one merged record per phase.
+    """Run ``phases`` in order on ``processes`` x ``setup.threads`` callers; one merged record per phase.
 
-    ``prepare(phase)`` runs in this process once every caller has finished the
-    previous phase and just before the phase starts (e.g. to pre-fill a key).
+    ``on_start(i)`` runs in this process once phase ``i``'s key is ready and
+    just before the phase starts; ``on_end(i)`` once every caller has finished
+    it (for the last phase: once every worker has exited). Both see every
+    caller idle: they are the place to sample a server's counters.
     """
     ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(processes * threads + 1)  # every caller, and us
+    barrier = ctx.Barrier(processes * setup.threads + 1)  # every caller, and us
     start_times = ctx.Array("d", len(phases), lock=False)
     reports: Queue[WorkerReport] = ctx.Queue()
     timeout = barrier_timeout(phases)
     workers = [
         ctx.Process(
             target=worker_main,
-            args=(index, url, list(phases), threads, barrier, start_times, reports),
+            args=(index, setup, list(phases), barrier, start_times, reports),
             name=f"bench-worker-{index}",
         )
         for index in range(processes)
@@ -55,13 +58,18 @@ def run_phases(
     try:
         for worker in workers:
             worker.start()
-        for index, phase in enumerate(phases):
-            _wait(barrier, timeout, reports)  # every caller is ready
-            if prepare is not None:
-                prepare(phase)
+        for index in range(len(phases)):
+            _wait(barrier, timeout, reports)  # every caller is done with the previous phase
+            if index and on_end is not None:
+                on_end(index - 1)
+            _wait(barrier, timeout, reports)  # the key is warm, if the phase wants it so
+            if on_start is not None:
+                on_start(index)
             start_times[index] = time.time() + START_LEAD
             _wait(barrier, timeout, reports)  # go
         records = _collect(reports, workers, len(phases), timeout)
+        if phases and on_end is not None:
+            on_end(len(phases) - 1)
         grace = 10.0
         return records
     except BaseException:

@@ -1,109 +1,121 @@
 """Scenario 3: a hot key that expires every second, under 64 callers looping requests.
 
-Naive cache-aside with EX 1, stampede refreshing inline (``ttl=1,
-stale_ttl=30``), and stampede refreshing in the background (the same, with
-``background=True``). Rebuilds are grouped into expiries by their start
-times: rebuilds less than half a TTL apart belong to the same expiry.
+Every peer with a 1 s TTL; the peers that can serve a stale value
+(stampede, dogpile) keep it 30 s longer while one caller refreshes, and
+stampede also runs with ``background=True``. Rebuilds are grouped into
+expiries by their start times: rebuilds less than half a TTL apart belong to
+the same expiry.
 """
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import redis
-
-import stampede
-
-from ._load import run_phases
+from ._phase import Phase, PhaseResult
 from ._stats import median, percentile
-from ._workers import Mode, Phase, PhaseRecord
-from ._workload import NAMESPACE, REBUILD_SECONDS, key_prefix, make_value
+from ._workload import REBUILD_SECONDS, key_prefix
+from .peers import STALE_TTL, PeerSpec, spec
 from .report import Section, Table, millis
+from .summary import Figures
 
-__all__ = ["run"]
+__all__ = ["TTL", "phases", "section"]
 
 TTL = 1
-STALE_TTL = 30
 #: A request slower than this waited for a rebuild (the rebuild takes 200 ms).
 SLOW = 0.1
 
-_APPROACHES: dict[Mode, str] = {
-    "naive": "naive cache-aside, `EX 1`",
-    "stampede": "stampede inline refresh, `ttl=1, stale_ttl=30`",
-    "stampede-bg": "stampede `background=True`, `ttl=1, stale_ttl=30`",
-}
+
+def phases(peers: Sequence[PeerSpec], run_id: str, *, duration: float, think: float) -> list[Phase]:
+    prefix = f"{key_prefix(run_id)}hot:"
+    variants = [(peer, False) for peer in peers]
+    if any(peer.name == "stampede" for peer in peers):
+        variants.append((spec("stampede"), True))
+    return [
+        Phase(
+            "hot",
+            peer.name,
+            f"{prefix}{peer.name}{':background' if background else ''}",
+            ttl=TTL,
+            stale_ttl=STALE_TTL if peer.stale else 0,
+            background=background,
+            duration=duration,
+            think=think,
+            warm=True,  # start from a warm key, as a hot key would be: only expiries are measured
+        )
+        for peer, background in variants
+    ]
 
 
 @dataclass(frozen=True)
-class _Result:
-    phase: Phase
-    record: PhaseRecord
-    rebuilds: int  # as counted in Redis
+class _Hot:
+    result: PhaseResult
+
+    @property
+    def phase(self) -> Phase:
+        return self.result.phase
+
+    @property
+    def latencies(self) -> list[float]:
+        return self.result.record.latencies
+
+    @property
+    def label(self) -> str:
+        return spec(self.phase.peer).row_label(self.phase.row)
 
     @property
     def expiries(self) -> list[int]:
         """How many rebuilds each expiry caused, in order."""
-        return _bursts(sorted(start for start, _ in self.record.rebuilds), gap=self.phase.ttl / 2)
+        starts = sorted(start for start, _ in self.result.record.rebuilds)
+        return _bursts(starts, gap=self.phase.ttl / 2)
 
     @property
     def per_expiry(self) -> float:
-        return self.rebuilds / len(self.expiries) if self.expiries else float("nan")
+        return self.result.rebuilds / len(self.expiries) if self.expiries else float("nan")
+
+    @property
+    def worst(self) -> int:
+        return max(self.expiries, default=0)
 
     @property
     def slow(self) -> int:
-        return sum(latency > SLOW for latency in self.record.latencies)
+        return sum(latency > SLOW for latency in self.latencies)
 
 
-def run(url: str, *, run_id: str, duration: float, think: float, processes: int, threads: int) -> Section:
-    prefix = f"{key_prefix(run_id)}hot:"
-    phases = [
-        Phase(
-            mode,
-            f"{prefix}{mode}",
-            ttl=TTL,
-            stale_ttl=0 if mode == "naive" else STALE_TTL,
-            duration=duration,
-            think=think,
-        )
-        for mode in _APPROACHES
-    ]
-    client = redis.Redis.from_url(url, socket_timeout=10.0)
-    sf = stampede.Stampede(client, namespace=NAMESPACE)
-
-    def fill(phase: Phase) -> None:
-        # Start from a warm key, as a hot key would be: only expiries are measured.
-        if phase.mode == "naive":
-            client.set(phase.key, pickle.dumps(make_value(), pickle.HIGHEST_PROTOCOL), ex=phase.ttl)
-        else:
-            sf.set(phase.key, make_value(), ttl=phase.ttl, stale_ttl=phase.stale_ttl)
-
-    try:
-        records = run_phases(url, phases, processes=processes, threads=threads, prepare=fill)
-        results = [
-            _Result(phase, record, int(client.get(phase.counter_key) or 0))
-            for phase, record in zip(phases, records, strict=True)
-        ]
-    finally:
-        sf.close()
-        client.close()
-
+def section(
+    results: Sequence[PhaseResult],
+    figures: Mapping[str, Figures],
+    *,
+    duration: float,
+    think: float,
+    processes: int,
+    threads: int,
+) -> Section:
+    hots = [_Hot(result) for result in results]
+    for hot in hots:
+        row = figures[hot.phase.row]
+        row.hot_per_expiry = hot.per_expiry
+        row.hot_worst_expiry = hot.worst
+        row.hot_p50 = median(hot.latencies)
+        row.hot_p99 = percentile(hot.latencies, 99)
+        row.hot_max = max(hot.latencies, default=float("nan"))
+        row.hot_commands = hot.result.commands_per_request
     callers = processes * threads
     return Section(
         title=(
             f"3. Hot key expiring every second, {callers} callers "
-            f"({processes} processes x {threads} threads)"
+            f"({processes} processes x {threads} threads or tasks)"
         ),
         intro=(
-            f"The key starts warm and goes stale {TTL} s after each write; every caller loops requests "
+            f"The key starts warm and expires {TTL} s after each write; every caller loops requests "
             f"for {duration:g} s with a {millis(think)} pause between them; the rebuild sleeps "
             f"{millis(REBUILD_SECONDS)}. An expiry is a burst of rebuilds (rebuilds starting less than "
-            f"{TTL / 2:g} s apart); a request over {millis(SLOW)} waited for a rebuild."
+            f"{TTL / 2:g} s apart); a request over {millis(SLOW)} waited for a rebuild. Commands per "
+            "request: the rebuild's own INCR not counted."
         ),
         table=Table(
             headers=[
-                "approach",
+                "peer",
                 "rebuilds / expiries",
                 "rebuilds per expiry (mean / worst)",
                 "requests",
@@ -111,12 +123,13 @@ def run(url: str, *, run_id: str, duration: float, think: float, processes: int,
                 "p99",
                 "max",
                 f"> {millis(SLOW)}",
+                "commands per request",
                 "errors",
             ],
-            rows=[_row(result) for result in results],
-            align="lrrrrrrrr",
+            rows=[_row(hot) for hot in hots],
+            align="lrrrrrrrrr",
         ),
-        notes=_verdict(results),
+        notes=_notes(hots),
     )
 
 
@@ -132,44 +145,52 @@ def _bursts(starts: Sequence[float], gap: float) -> list[int]:
     return sizes
 
 
-def _row(result: _Result) -> list[str]:
-    latencies = result.record.latencies
+def _row(hot: _Hot) -> list[str]:
     return [
-        _APPROACHES[result.phase.mode],
-        f"{result.rebuilds} / {len(result.expiries)}",
-        f"{result.per_expiry:.2f} / {max(result.expiries, default=0)}",
-        str(len(latencies)),
-        millis(median(latencies)),
-        millis(percentile(latencies, 99)),
-        millis(max(latencies, default=float("nan"))),
-        str(result.slow),
-        str(len(result.record.errors)),
+        hot.label,
+        f"{hot.result.rebuilds} / {len(hot.expiries)}",
+        f"{hot.per_expiry:.2f} / {hot.worst}",
+        str(len(hot.latencies)),
+        millis(median(hot.latencies)),
+        millis(percentile(hot.latencies, 99)),
+        millis(max(hot.latencies, default=float("nan"))),
+        str(hot.slow),
+        f"{hot.result.commands_per_request:.2f}",
+        str(len(hot.result.record.errors)),
     ]
 
 
-def _verdict(results: Sequence[_Result]) -> list[str]:
+def _notes(hots: Sequence[_Hot]) -> list[str]:
     notes: list[str] = []
-    for result in results:
-        timed = len(result.record.rebuilds)
-        if timed != result.rebuilds:
+    for hot in hots:
+        timed = len(hot.result.record.rebuilds)
+        if timed != hot.result.rebuilds:
             notes.append(
-                f"{result.phase.mode}: the Redis counter says {result.rebuilds} rebuilds, "
+                f"{hot.label}: the Redis counter says {hot.result.rebuilds} rebuilds, "
                 f"the workers timed {timed}."
             )
-        notes.extend(f"{result.phase.mode} error: {error}" for error in sorted(set(result.record.errors)))
-    by_mode = {result.phase.mode: result for result in results}
-    inline, background = by_mode["stampede"], by_mode["stampede-bg"]
-    one_each = all(max(r.expiries, default=0) == 1 for r in (inline, background))
-    notes.append(
-        "Target for stampede: 1 rebuild per expiry: "
-        f"{'met' if one_each else 'NOT met'} (worst expiry: inline {max(inline.expiries, default=0)}, "
-        f"background {max(background.expiries, default=0)} rebuilds)."
-    )
-    notes.append(
-        "Target with background refresh: no request waits for a rebuild: "
-        f"{'met' if background.slow == 0 else 'NOT met'} ({background.slow} requests over {millis(SLOW)}, "
-        f"slowest {millis(max(background.record.latencies, default=float('nan')))}). "
-        f"Inline refresh makes one caller per expiry wait: {inline.slow} requests over {millis(SLOW)} "
-        f"in {len(inline.expiries)} expiries."
-    )
+        notes.extend(f"{hot.label} error: {error}" for error in sorted(set(hot.result.record.errors)))
+    rows = {hot.phase.row: hot for hot in hots}
+    inline = [rows[name] for name in ("stampede", "stampede-asyncio") if name in rows]
+    background = rows.get("stampede+background")
+    checked = [*inline, *([background] if background else [])]
+    if checked:
+        one_each = all(hot.worst == 1 for hot in checked)
+        worst = "; ".join(f"{hot.label}: {hot.worst}" for hot in checked)
+        notes.append(
+            f"Target for stampede: 1 rebuild per expiry: {'met' if one_each else 'NOT met'} "
+            f"(worst expiry: {worst})."
+        )
+    if background is not None:
+        notes.append(
+            "Target with background refresh: no request waits for a rebuild: "
+            f"{'met' if background.slow == 0 else 'NOT met'} "
+            f"({background.slow} requests over {millis(SLOW)}, "
+            f"slowest {millis(max(background.latencies, default=float('nan')))})."
+        )
+    for hot in inline:
+        notes.append(
+            f"{hot.label} refreshes inline, so one caller per expiry waits: {hot.slow} requests over "
+            f"{millis(SLOW)} in {len(hot.expiries)} expiries."
+        )
     return notes

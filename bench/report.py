@@ -75,18 +75,33 @@ def render_section(section: Section) -> str:
     return "\n\n".join(parts)
 
 
+def _cpu_model() -> str:
+    """The processor's name where the system says it (Linux), else ``""``."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                name, _, value = line.partition(":")
+                if name.strip() == "model name" and value.strip():
+                    return " ".join(value.split())
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def environment_line(redis_version: str, *, quick: bool) -> str:
-    """Date, Python version, redis-server version and CPU count, on one line."""
+    """Date, Python version, redis-server version, CPU count and model, on one line."""
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     kind = "quick run" if quick else "full run"
+    model = _cpu_model()
+    cpus = f"{os.cpu_count()} CPUs{f' ({model})' if model else ''}"
     return (
         f"{now} · Python {platform.python_version()} · redis-server {redis_version} · "
-        f"{os.cpu_count()} CPUs · {platform.system()} {platform.machine()} · {kind}"
+        f"{cpus} · {platform.system()} {platform.machine()} · {kind}"
     )
 
 
 def render_document(environment: str, sections: Sequence[Section], footer: str = "") -> str:
-    parts = [environment, "# stampede benchmark", *(render_section(s) for s in sections)]
+    parts = [environment, "# stampede and its peers: benchmark", *(render_section(s) for s in sections)]
     if footer:
         parts.append(footer)
     return "\n\n".join(parts) + "\n"
