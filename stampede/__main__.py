@@ -3,7 +3,8 @@
 ``stampede demo [options]`` puts the example Django site and Flask app under
 a cache stampede, first on their stock Redis caches, then on stampede. The
 example apps live in the ``example_project`` directory of stampede's source
-tree, beside this package, and need ``pip install 'stampede[demo]'``.
+tree, beside this package, and need its ``demo`` extra (``pip install -e
+'.[demo]'`` in a checkout, or ``make demo``).
 """
 
 from __future__ import annotations

@@ -353,7 +353,7 @@ def _verdict(app: str, summaries: Sequence[Summary]) -> str:
 
 def _write_plot(runs: Sequence[Run], args: argparse.Namespace) -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        log("no plot: matplotlib is not installed (pip install 'stampede[demo]')")
+        log("no plot: matplotlib is not installed (in a checkout: pip install -e '.[demo]')")
         return
     from .plot import plot
 

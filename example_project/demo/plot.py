@@ -21,7 +21,7 @@ def _bins(duration: float) -> int:
 
 
 def plot(runs: Sequence[Run], path: Path, title: str) -> None:
-    """Draw ``runs`` into ``path``; needs matplotlib (``pip install stampede[demo]``)."""
+    """Draw ``runs`` into ``path``; needs matplotlib (the ``demo`` extra)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
