@@ -38,7 +38,7 @@ import redis
 from . import hitpath
 from ._phase import Phase, PhaseRecord
 from ._workload import make_value
-from .peers import AsyncPeer, SyncPeer, open_async, open_sync, spec
+from .peers import AsyncPeer, SyncPeer, open_async, open_sync, spec, warm_pool
 
 __all__ = ["Setup", "WorkerReport", "barrier_timeout", "worker_main"]
 
@@ -147,7 +147,7 @@ class _Worker:
             if url not in self.clients:
                 client = redis.Redis.from_url(url, socket_timeout=30.0, socket_connect_timeout=10.0)
                 self.clients[url] = client
-                _warm_pool(client, self.pool_size)
+                warm_pool(client.connection_pool, self.pool_size)
             if spec(name).is_async:
                 self.async_peers[name] = self.on_loop(open_async(name, url, pool_size=self.pool_size))
             else:
@@ -356,21 +356,6 @@ def _caller(
 
 
 # --- one worker process ------------------------------------------------------
-
-
-def _warm_pool(client: redis.Redis, size: int) -> None:
-    """Open ``size`` connections now, so that no measured request pays for a TCP connect.
-
-    The pool connects (and checks) every connection it hands out.
-    """
-    pool = client.connection_pool
-    connections = []
-    try:
-        for _ in range(size):
-            connections.append(pool.get_connection())
-    finally:
-        for connection in connections:
-            pool.release(connection)
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -356,7 +356,7 @@ class _Dogpile(SyncPeer):
         self.pool = redis.ConnectionPool.from_url(
             url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=10.0
         )
-        _warm_pool(self.pool, pool_size)
+        warm_pool(self.pool, pool_size)
         # A region is dogpile's unit of expiry policy: one per (ttl, stale_ttl) the phases use.
         self.regions: dict[tuple[int, int], Any] = {}
         for phase in phases:
@@ -452,7 +452,7 @@ class _Stampede(SyncPeer):
         self.sf.close()
 
 
-def _warm_pool(pool: Any, size: int) -> None:
+def warm_pool(pool: Any, size: int) -> None:
     """Open ``size`` connections now, so that no measured request pays for a TCP connect.
 
     The pool connects (and checks) every connection it hands out.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import math
@@ -23,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import redis
 
@@ -38,6 +39,15 @@ if TYPE_CHECKING:
     from stampede.testing import RedisServer
 
 __all__ = ["main"]
+
+
+@dataclasses.dataclass
+class Started:
+    """The processes the demo started, for the JSON (and the tests) to check."""
+
+    redis: int | None = None
+    servers: list[int] = dataclasses.field(default_factory=list)
+
 
 #: Each app's expensive pages: name, URL path, and how the page is cached.
 PAGES = {
@@ -148,7 +158,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for sig in STOP_SIGNALS[1:]:  # SIGTERM and SIGHUP take the same way out as Ctrl-C
         signal.signal(sig, _interrupt)
     apps = [app for app in PAGES if app in (args.app or PAGES)]
-    processes: dict[str, object] = {"redis": None, "servers": []}
+    processes = Started()
     try:
         with contextlib.ExitStack() as stack:
             url = args.redis_url
@@ -158,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 server = RedisServer()
                 stack.callback(_close_shielded, server)
                 url = server.start().url
-                processes["redis"] = server.pid
+                processes.redis = server.pid
                 log(f"started a redis-server for the demo at {url} (pid {server.pid})")
             runs = _run_all(url, apps, args, processes)
     except KeyboardInterrupt:
@@ -189,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         document = {
             "settings": _settings(args),
-            "processes": processes,
+            "processes": dataclasses.asdict(processes),
             "summaries": [s.as_dict() for s in summaries],
         }
         args.json.write_text(json.dumps(_no_nan(document), indent=2), encoding="utf-8")
@@ -229,9 +239,7 @@ def _settings(args: argparse.Namespace) -> dict[str, object]:
     }
 
 
-def _run_all(
-    url: str, apps: Sequence[str], args: argparse.Namespace, processes: dict[str, object]
-) -> list[Run]:
+def _run_all(url: str, apps: Sequence[str], args: argparse.Namespace, processes: Started) -> list[Run]:
     from tqdm import tqdm
 
     run_id = secrets.token_hex(3)
@@ -276,8 +284,8 @@ def _run(
     cache: str,
     prefix: str,
     args: argparse.Namespace,
-    bar: object,
-    processes: dict[str, object],
+    bar: Any,
+    processes: Started,
 ) -> Run:
     """Serve ``app`` on ``cache`` and stampede it for ``args.duration`` seconds."""
     env = {
@@ -291,8 +299,8 @@ def _run(
     threads = -(-args.clients // args.processes) + 4
     with app_servers(app, args.processes, threads, env) as servers:
         pids = servers.pids
-        processes["servers"].extend(pids)  # type: ignore[attr-defined]
-        _note(bar, f"{app} on {cache}: serving on ports {servers.ports} (pids {pids})")
+        processes.servers.extend(pids)
+        _note(f"{app} on {cache}: serving on ports {servers.ports} (pids {pids})")
         targets = [Target(port, path, page) for page, path, _ in PAGES[app] for port in servers.ports]
         # Every request is bounded, and outlasts the longest wait for a rebuild.
         load = Stampede(targets, args.clients, args.think, timeout=max(30.0, 3 * args.rebuild_time + 10))
@@ -303,13 +311,11 @@ def _run(
             servers.check()  # a dead server would make the comparison meaningless
             step = min(int(time.time() - load.started), round(args.duration)) - shown
             if step > 0:
-                bar.update(step)  # type: ignore[attr-defined]
+                bar.update(step)
                 shown += step
-            bar.set_postfix_str(  # type: ignore[attr-defined]
-                f"{load.count():,} requests, {client.llen(runs_key(prefix))} expensive runs"
-            )
+            bar.set_postfix_str(f"{load.count():,} requests, {client.llen(runs_key(prefix))} expensive runs")
         requests = load.stop()
-        bar.update(round(args.duration) - shown)  # type: ignore[attr-defined]
+        bar.update(round(args.duration) - shown)
     expensive = []
     for entry in client.lrange(runs_key(prefix), 0, -1):
         text = entry.decode() if isinstance(entry, bytes) else entry
@@ -318,7 +324,7 @@ def _run(
     return Run(app, cache, args.duration, args.ttl, args.rebuild_time, requests, expensive)
 
 
-def _note(bar: object, message: str) -> None:
+def _note(message: str) -> None:
     """A log line that does not tear the progress bar."""
     from tqdm import tqdm
 
