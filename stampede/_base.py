@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import random
 import struct
@@ -15,13 +16,22 @@ import redis.exceptions
 from . import _scripts
 from ._envelope import FRESH_UNTIL_OFFSET, HEADER, INT_CODEC, MAGIC, CorruptEntryError, Entry, decode, encode
 from ._events import Event, EventHook, EventKind, logger
-from ._exceptions import ConfigurationError, RedisUnavailableError, SerializationError
+from ._exceptions import ConfigurationError, RedisUnavailableError, SerializationError, WaitTimeoutError
 from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Release
 from ._keys import Keys, KeySpace
 from ._options import Options
 from ._serializers import PickleSerializer, Serializer
 
-__all__ = ["UNSET", "Lease", "Paused", "Read", "StampedeBase", "SystemClock"]
+__all__ = [
+    "LEASE_TAKEN",
+    "UNSET",
+    "Lease",
+    "Paused",
+    "Read",
+    "StampedeBase",
+    "SystemClock",
+    "on_event_loop_thread",
+]
 
 
 class _Unset:
@@ -31,6 +41,20 @@ class _Unset:
 
 #: Marks a per-call option the caller left at the instance's default.
 UNSET: Any = _Unset()
+
+
+#: What a ``read`` flight tells the callers that joined it when its leader
+#: took the lease: wait (in the next flight) for that caller's commit.
+LEASE_TAKEN: Any = _Unset()
+
+
+def on_event_loop_thread() -> bool:
+    """Whether this thread is running an event loop, which a blocking wait would freeze."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class SystemClock:
@@ -154,6 +178,8 @@ class StampedeBase:
         self.serializer = serializer
         self._on_event = on_event
         self._clock: Clock = clock if clock is not None else SystemClock()
+        # Replaced after every write: reads sent before it are not shared after it.
+        self._epoch = object()
 
     def _reader(self) -> Any:
         replicas = self._replicas
@@ -267,9 +293,9 @@ class StampedeBase:
         error.__cause__ = exc
         return Lookup(None, error=error)
 
-    def _flow(
-        self, keys: Keys, options: Options, *, background: bool = False, take_over: bool = True
-    ) -> Flow:
+    def _flow(self, keys: Keys, options: Options, **kwargs: Any) -> Flow:
+        """A :class:`Flow` for one call; ``kwargs``: the flow's keyword options."""
+
         def emit(kind: EventKind, **details: Any) -> None:
             self._emit(keys, kind, **details)
 
@@ -280,9 +306,15 @@ class StampedeBase:
             lambda raw: self._decode(keys, raw),
             self._clock,
             emit,
-            background=background,
-            take_over=take_over,
+            **kwargs,
         )
+
+    def _read_timed_out(self, keys: Keys, options: Options) -> Read:
+        """A ``read`` that waited ``wait_timeout`` in vain for its process's flight."""
+        self._emit(keys, EventKind.WAIT_TIMEOUT)
+        if options.on_wait_timeout == "raise":
+            raise WaitTimeoutError(keys.name, options.wait_timeout)
+        return Read(False)
 
     def _serve_follower(self, keys: Keys, entry: Entry) -> Any:
         """A caller whose process already has a refresh of ``keys`` under way."""

@@ -26,10 +26,11 @@ E = TypeVar("E", bound=_Settable)
 class Flight(Generic[E]):
     """One leader's work on one key, and its outcome once ``done`` is set."""
 
-    __slots__ = ("_traceback", "done", "error", "value")
+    __slots__ = ("_traceback", "done", "error", "followers", "value")
 
     def __init__(self, done: E) -> None:
         self.done = done
+        self.followers = 0  # callers that joined it rather than go to Redis
         self.value: Any = None
         self.error: BaseException | None = None
         self._traceback: TracebackType | None = None
@@ -63,6 +64,7 @@ class Flights(Generic[E]):
         with self._lock:
             flight = self._flights.get(key)
             if flight is not None:
+                flight.followers += 1
                 return flight, False
             flight = self._flights[key] = Flight(self._new_event())
             return flight, True
@@ -82,6 +84,11 @@ class Flights(Generic[E]):
         flight.error = error
         flight._traceback = error.__traceback__ if error is not None else None
         flight.done.set()
+
+    def followers(self) -> int:
+        """How many callers are following a flight now (for tests and metrics)."""
+        with self._lock:
+            return sum(flight.followers for flight in self._flights.values())
 
     def __len__(self) -> int:
         with self._lock:

@@ -26,6 +26,7 @@ from ._serializers import Serializer
 
 __all__ = [
     "RELEASED",
+    "RELEASE_GRACE",
     "Acquire",
     "Acquired",
     "Clock",
@@ -38,10 +39,9 @@ __all__ = [
     "Release",
     "Wait",
     "Waited",
-    "announces_release",
     "new_token",
-    "poll_interval",
     "renew_interval",
+    "wake_interval",
 ]
 
 
@@ -154,22 +154,23 @@ class Waited(NamedTuple):
 #: What the release of a lease without a value announces on the channel.
 RELEASED = b"0"
 
-
-def announces_release(message: dict[str, Any] | None) -> bool:
-    """Whether a pub/sub message says a lease was released without a value."""
-    return message is not None and message["type"] == "message" and message["data"] == RELEASED
-
-
 Op = Acquire | Rebuild | Commit | Release | Wait
 
+#: How long a waiter that found a lease gone without a value gives the
+#: release announcement to arrive, to tell a release from an expiry.
+RELEASE_GRACE = 0.02
 
-def poll_interval(remaining: float, lease_pttl_ms: int) -> float:
+
+def wake_interval(remaining: float, lease_pttl_ms: int, subscribed: bool) -> float:
     """How long a waiter sleeps before checking Redis itself.
 
     Waiters are woken by a message when a value lands or a lease is
-    released; checking only guards against a lost message or a holder that
-    died (its lease then expires silently). Jitter keeps waiters apart.
+    released; checking only guards against a holder that died (its lease
+    then expires silently) and, while the subscription is not confirmed, a
+    message that could have been missed. Jitter keeps waiters apart.
     """
+    if not subscribed:
+        return max(0.0, min(remaining, random.uniform(0.05, 0.1)))
     until_expiry = lease_pttl_ms / 1000 if lease_pttl_ms > 0 else 0.05
     return max(0.0, min(remaining, until_expiry + random.uniform(0.005, 0.05), 1.0))
 
@@ -207,6 +208,11 @@ class Flow:
         background: this flow runs detached; its caller was already served.
         take_over: when a lease is freed without a value, compete for it
             again (``get_or_rebuild``) rather than go on alone (``read``).
+        can_wait: whether this caller may wait for someone else's rebuild;
+            not on an event loop's thread, where waiting would freeze the
+            loop (and the very coroutine holding the lease).
+        deadline: the monotonic time at which waiting ends, if the caller
+            already waited before this flow began.
     """
 
     def __init__(
@@ -220,6 +226,8 @@ class Flow:
         *,
         background: bool = False,
         take_over: bool = True,
+        can_wait: bool = True,
+        deadline: float | None = None,
     ) -> None:
         self.keys = keys
         self.options = options
@@ -229,6 +237,8 @@ class Flow:
         self.emit = emit
         self.background = background
         self.take_over = take_over
+        self.can_wait = can_wait
+        self.deadline = deadline
         self.committed = False  # set by settle(): whether a rebuilt value was stored
 
     def run(self, lookup: Lookup) -> Generator[Op, Any, Any]:
@@ -274,6 +284,18 @@ class Flow:
             raise error
         return value
 
+    def without_waiting(self) -> Generator[Op, Any, Any]:
+        """What a caller that may not wait does instead: rebuild alone, unstored."""
+        value, error = yield from self._no_wait()
+        if error is not None:
+            raise error
+        return value
+
+    def _no_wait(self) -> Generator[Op, Any, _Outcome]:
+        self.emit(EventKind.NO_WAIT)
+        logger.debug("not waiting for the rebuild of %r on an event loop's thread", self.keys.name)
+        return (yield from self._alone())
+
     def _alone(self) -> Generator[Op, Any, _Outcome]:
         # A rebuild without the lease, for this caller only. Not stored:
         # nothing fences this write, and a rebuild that read its data before
@@ -308,7 +330,9 @@ class Flow:
         # Nothing to serve: one caller rebuilds, the others wait for it.
         self.emit(EventKind.MISS)
         clock = self.clock
-        deadline = clock.monotonic() + self.options.wait_timeout
+        deadline = self.deadline
+        if deadline is None:
+            deadline = clock.monotonic() + self.options.wait_timeout
         unusable: bytes | None = None
         while True:
             token = new_token()
@@ -322,6 +346,8 @@ class Flow:
                     return landed.value, None
                 return (yield from self._rebuild_and_commit(token, landed))
             self.emit(EventKind.LEASE_BUSY)
+            if not self.can_wait:
+                return (yield from self._no_wait())
             remaining = deadline - clock.monotonic()
             if remaining > 0:
                 started = clock.monotonic()

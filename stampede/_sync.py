@@ -11,14 +11,16 @@ from typing import Any, TypeVar, cast
 
 import redis
 import redis.exceptions
+from redis.exceptions import NoScriptError
 
-from ._base import UNSET, Lease, Paused, Read, StampedeBase
+from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, StampedeBase, on_event_loop_thread
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
-from ._events import logger
+from ._events import EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._flights import Flight, Flights
 from ._flow import (
+    RELEASE_GRACE,
     Lookup,
     Op,
     Rebuild,
@@ -26,12 +28,12 @@ from ._flow import (
     Release,
     Wait,
     Waited,
-    announces_release,
-    poll_interval,
     renew_interval,
+    wake_interval,
 )
 from ._keys import Keys
 from ._options import Options
+from ._subscriber import subscriber_for
 
 __all__ = ["Stampede"]
 
@@ -73,6 +75,20 @@ class _Watchdog(threading.Thread):
         return self.lost
 
 
+class _SharedRead:
+    """A GET under way, whose reply the threads asking meanwhile share."""
+
+    __slots__ = ("done", "epoch", "error", "lock", "raw")
+
+    def __init__(self, epoch: object) -> None:
+        self.epoch = epoch
+        self.lock = threading.Lock()
+        self.lock.acquire()  # released with the reply: a one-shot latch
+        self.done = False
+        self.raw: bytes | None = None
+        self.error: redis.exceptions.RedisError | None = None
+
+
 class Stampede(StampedeBase):
     """Stampede-protected caching on a blocking redis-py client.
 
@@ -108,6 +124,8 @@ class Stampede(StampedeBase):
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._flights: Flights[threading.Event] = Flights(threading.Event)
+        self._subscriber = subscriber_for(client)
+        self._reads: dict[bytes, _SharedRead] = {}
 
     @classmethod
     def from_url(
@@ -168,13 +186,43 @@ class Stampede(StampedeBase):
     def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
         try:
-            raw = self._reader().get(keys.value)
+            raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
             return self._read_failed(keys, exc)
         entry = self._decode(keys, raw)
         if entry is not None and self._is_hit(keys, entry, options):
             return entry
         return Lookup(entry)
+
+    def _shared_get(self, name: bytes) -> bytes | None:
+        """GET ``name``, sharing the reply with the threads that ask meanwhile.
+
+        A hundred threads reading one key send one GET, not a hundred (which
+        would also empty the connection pool). A read is shared only if this
+        instance wrote nothing since it was sent, so a thread always sees its
+        own writes.
+        """
+        reads = self._reads
+        pending = reads.get(name)
+        if pending is not None and pending.epoch is self._epoch:
+            with pending.lock:  # held by the reading thread until its reply
+                if pending.done:
+                    if pending.error is not None:
+                        raise pending.error
+                    return pending.raw
+        pending = _SharedRead(self._epoch)
+        reads[name] = pending
+        try:
+            pending.raw = self._reader().get(name)
+        except redis.exceptions.RedisError as exc:
+            pending.error = exc
+            raise
+        finally:
+            pending.done = True
+            if reads.get(name) is pending:
+                reads.pop(name, None)
+            pending.lock.release()
+        return pending.raw
 
     def _single_flight(self, keys: Keys, options: Options, lookup: Lookup, rebuild: Callable[[], T]) -> T:
         while True:
@@ -183,6 +231,10 @@ class Stampede(StampedeBase):
                 break
             if lookup.entry is not None:
                 return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
+            if on_event_loop_thread():
+                return self._drive(  # type: ignore[no-any-return]
+                    self._flow(keys, options).without_waiting(), keys, options, rebuild
+                )
             if not flight.done.wait(options.wait_timeout):
                 return self._after_wait_timeout(keys, options, rebuild)
             if not flight.abandoned:
@@ -190,7 +242,8 @@ class Stampede(StampedeBase):
         if options.background and lookup.entry is not None:
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
-        return self._lead(keys.value, flight, self._flow(keys, options).run(lookup), keys, options, rebuild)
+        flow = self._flow(keys, options, can_wait=not on_event_loop_thread())
+        return self._lead(keys.value, flight, flow.run(lookup), keys, options, rebuild)
 
     def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Callable[[], T]) -> T:
         # Callers that gave up on this process's own flight share one
@@ -299,8 +352,11 @@ class Stampede(StampedeBase):
             raise
 
     def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
-        with self._redis_errors(keys.name, name):
-            return self._scripts[name](keys=[keys.value, keys.lease, keys.scratch], args=args)
+        try:
+            with self._redis_errors(keys.name, name):
+                return self._scripts[name](keys=[keys.value, keys.lease, keys.scratch], args=args)
+        finally:
+            self._epoch = object()  # reads sent before this write are not shared after it
 
     def _rebuild(
         self, token: str | None, keys: Keys, options: Options, rebuild: Callable[[], Any]
@@ -324,38 +380,32 @@ class Stampede(StampedeBase):
         return Rebuilt(value, error, duration, lost)
 
     def _wait(self, op: Wait, keys: Keys) -> Waited:
-        deadline = self._clock.monotonic() + op.timeout
-        with self._redis_errors(keys.name, "wait for the rebuild"):
-            pubsub = self._client.pubsub()
-            try:
-                pubsub.subscribe(keys.channel)
-                # Probe only once subscribed: a value that lands after the
-                # probe then always reaches us as a message.
+        # Woken through the process's one subscriber: waiting holds no pool
+        # connection, only a probe's round trip when there is news.
+        clock = self._clock
+        deadline = clock.monotonic() + op.timeout
+        subscriber = self._subscriber
+        watch = subscriber.watch(keys.channel)
+        try:
+            with self._redis_errors(keys.name, "wait for the rebuild"):
+                pttl = op.lease_pttl
                 while True:
-                    remaining = deadline - self._clock.monotonic()
+                    remaining = deadline - clock.monotonic()
                     if remaining <= 0:
                         return Waited()
-                    message = pubsub.get_message(timeout=remaining)
-                    if message is not None and message["type"] == "subscribe":
-                        break
-                released = False
-                while True:
+                    watch.wait(wake_interval(remaining, pttl, watch.live))
+                    watch.event.clear()  # before the probe: news after it wakes us again
                     raw, pttl = self._scripts["probe"](keys=[keys.value, keys.lease])
                     if raw is not None and raw != op.unusable:
                         return Waited(raw)
                     if pttl == -2:
-                        # Freed without a (new) value. Its announcement may be
-                        # waiting unread: it tells a release from an expiry.
-                        while not released and (pending := pubsub.get_message(timeout=0)) is not None:
-                            released = announces_release(pending)
-                        return Waited(None, released)
-                    remaining = deadline - self._clock.monotonic()
-                    if remaining <= 0:
-                        return Waited()
-                    message = pubsub.get_message(timeout=poll_interval(remaining, pttl))
-                    released = released or announces_release(message)
-            finally:
-                pubsub.close()
+                        # Freed without a (new) value: released (announced)
+                        # or expired. The announcement may still be on its way.
+                        if not watch.released and watch.live:
+                            watch.wait(RELEASE_GRACE)
+                        return Waited(None, watch.released)
+        finally:
+            subscriber.unwatch(watch)
 
     # --- direct reads and writes --------------------------------------------
 
@@ -427,11 +477,39 @@ class Stampede(StampedeBase):
         lookup = self._first_read(keys, options)
         if isinstance(lookup, Entry):
             return Read(True, lookup.value)
-        flow = self._flow(keys, options, take_over=False)
-        outcome = self._drive(flow.run(lookup), keys, options, None)
-        if isinstance(outcome, Paused):
-            return self._lease_for(keys, options, flow, outcome)
-        return Read(True, outcome)
+        can_wait = not on_event_loop_thread()
+        flight_key = (keys.value, "read")
+        deadline = self._clock.monotonic() + options.wait_timeout
+        while True:
+            flight, leader = self._flights.join(flight_key)
+            if leader:
+                break
+            if lookup.entry is not None:
+                return Read(True, self._serve_follower(keys, lookup.entry))
+            if not can_wait:
+                self._emit(keys, EventKind.NO_WAIT)
+                return Read(False)
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0 or not flight.done.wait(remaining):
+                return self._read_timed_out(keys, options)
+            if flight.abandoned:
+                continue
+            shared = flight.outcome()
+            if shared is not LEASE_TAKEN:
+                return shared  # type: ignore[no-any-return]
+            # A caller of this process rebuilds under the lease: the next
+            # flight waits for its commit.
+        try:
+            flow = self._flow(keys, options, take_over=False, can_wait=can_wait, deadline=deadline)
+            outcome = self._drive(flow.run(lookup), keys, options, None)
+            read = self._lease_for(keys, options, flow, outcome) if isinstance(outcome, Paused) else None
+        except BaseException as exc:
+            self._flights.finish(flight_key, flight, error=exc)
+            raise
+        if read is None:
+            read = Read(True, outcome)
+        self._flights.finish(flight_key, flight, value=LEASE_TAKEN if read.lease is not None else read)
+        return read
 
     def commit(
         self,
@@ -528,11 +606,32 @@ class Stampede(StampedeBase):
     def _pipelined(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         if not calls:
             return []
+        try:
+            return self._pipelined_once(script, calls)
+        finally:
+            self._epoch = object()
+
+    def _pipelined_once(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         with self._redis_errors("", f"{script} several keys"):
-            pipe = self._client.pipeline(transaction=False)
-            for names, args in calls:
-                self._scripts[script](keys=[names.value, names.lease, names.scratch], args=args, client=pipe)
-            return pipe.execute()  # type: ignore[no-any-return]
+            results = self._pipeline(script, calls)
+            # NOSCRIPT: the scripts were flushed (SCRIPT FLUSH, a restart, a
+            # failover) between redis-py's SCRIPT LOAD and the EVALSHAs. Those
+            # calls never ran: run them again, which loads the scripts anew.
+            again = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+            if again:
+                retried = self._pipeline(script, [calls[i] for i in again])
+                for i, result in zip(again, retried, strict=True):
+                    results[i] = result
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+            return results
+
+    def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        for names, args in calls:
+            self._scripts[script](keys=[names.value, names.lease, names.scratch], args=args, client=pipe)
+        return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
@@ -552,6 +651,12 @@ class Stampede(StampedeBase):
         return self._unlink_matching(self._keys.pattern)
 
     def _unlink_matching(self, pattern: bytes) -> int:
+        try:
+            return self._unlink_matching_once(pattern)
+        finally:
+            self._epoch = object()
+
+    def _unlink_matching_once(self, pattern: bytes) -> int:
         deleted = 0
         with self._redis_errors("", "delete keys by pattern"):
             batch: list[bytes] = []
@@ -620,4 +725,5 @@ class Stampede(StampedeBase):
         if executor is not None:
             executor.shutdown(wait=True)
         if self._owns_client:
+            self._subscriber.close()
             self._client.close()

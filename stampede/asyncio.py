@@ -19,14 +19,17 @@ from typing import Any, TypeVar, cast
 
 import redis.asyncio
 import redis.exceptions
+from redis.exceptions import NoScriptError
 
-from ._base import UNSET, Lease, Paused, Read, StampedeBase
+from ._asubscriber import async_subscriber_for
+from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, StampedeBase
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._flights import Flight, Flights
 from ._flow import (
+    RELEASE_GRACE,
     Commit,
     Lookup,
     Op,
@@ -35,9 +38,8 @@ from ._flow import (
     Release,
     Wait,
     Waited,
-    announces_release,
-    poll_interval,
     renew_interval,
+    wake_interval,
 )
 from ._keys import Keys
 from ._options import Options
@@ -58,6 +60,10 @@ class _Detached(BaseException):
         self.outcome = outcome
 
 
+class _ReadAbandoned(Exception):
+    """Internal: the task sending a shared GET was cancelled before its reply."""
+
+
 class Stampede(StampedeBase):
     """Stampede-protected caching on a ``redis.asyncio`` client.
 
@@ -72,6 +78,8 @@ class Stampede(StampedeBase):
         super().__init__(client, **kwargs)
         self._flights: Flights[asyncio.Event] = Flights(asyncio.Event)
         self._tasks: set[asyncio.Task[None]] = set()
+        self._subscriber = async_subscriber_for(client)
+        self._reads: dict[bytes, tuple[asyncio.Future[bytes | None], object]] = {}
 
     @classmethod
     def from_url(
@@ -118,13 +126,38 @@ class Stampede(StampedeBase):
     async def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
         try:
-            raw = await self._reader().get(keys.value)
+            raw = await self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
             return self._read_failed(keys, exc)
         entry = self._decode(keys, raw)
         if entry is not None and self._is_hit(keys, entry, options):
             return entry
         return Lookup(entry)
+
+    async def _shared_get(self, name: bytes) -> bytes | None:
+        """GET ``name``, sharing the reply with the tasks that ask meanwhile
+        (see :meth:`stampede.Stampede._shared_get`)."""
+        reads = self._reads
+        pending = reads.get(name)
+        if pending is not None and pending[1] is self._epoch:
+            try:
+                return await asyncio.shield(pending[0])
+            except _ReadAbandoned:
+                pass  # its reader was cancelled: read for ourselves
+        reply: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
+        reads[name] = (reply, self._epoch)
+        try:
+            raw = await self._reader().get(name)
+        except BaseException as exc:
+            reply.set_exception(exc if isinstance(exc, redis.exceptions.RedisError) else _ReadAbandoned())
+            reply.exception()  # retrieved: nobody may be waiting for it
+            raise
+        else:
+            reply.set_result(raw)
+        finally:
+            if reads.get(name, (None,))[0] is reply:
+                del reads[name]
+        return raw  # type: ignore[no-any-return]
 
     async def _single_flight(
         self, keys: Keys, options: Options, lookup: Lookup, rebuild: Rebuilder[Any]
@@ -270,8 +303,11 @@ class Stampede(StampedeBase):
         return self._op_result(op, await call)
 
     async def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
-        with self._redis_errors(keys.name, name):
-            return await self._scripts[name](keys=[keys.value, keys.lease, keys.scratch], args=args)
+        try:
+            with self._redis_errors(keys.name, name):
+                return await self._scripts[name](keys=[keys.value, keys.lease, keys.scratch], args=args)
+        finally:
+            self._epoch = object()  # reads sent before this write are not shared after it
 
     async def _renew_until_lost(self, keys: Keys, token: str, options: Options) -> bool:
         loop = asyncio.get_running_loop()
@@ -330,38 +366,29 @@ class Stampede(StampedeBase):
         return value
 
     async def _wait(self, op: Wait, keys: Keys) -> Waited:
-        deadline = self._clock.monotonic() + op.timeout
-        with self._redis_errors(keys.name, "wait for the rebuild"):
-            pubsub = self._client.pubsub()
-            try:
-                await pubsub.subscribe(keys.channel)
-                # Probe only once subscribed: a value that lands after the
-                # probe then always reaches us as a message.
+        # See stampede.Stampede._wait: one subscriber per loop and client.
+        clock = self._clock
+        deadline = clock.monotonic() + op.timeout
+        subscriber = self._subscriber
+        watch = subscriber.watch(keys.channel)
+        try:
+            with self._redis_errors(keys.name, "wait for the rebuild"):
+                pttl = op.lease_pttl
                 while True:
-                    remaining = deadline - self._clock.monotonic()
+                    remaining = deadline - clock.monotonic()
                     if remaining <= 0:
                         return Waited()
-                    message = await pubsub.get_message(timeout=remaining)
-                    if message is not None and message["type"] == "subscribe":
-                        break
-                released = False
-                while True:
+                    await watch.wait(wake_interval(remaining, pttl, watch.live))
+                    watch.event.clear()  # before the probe: news after it wakes us again
                     raw, pttl = await self._scripts["probe"](keys=[keys.value, keys.lease])
                     if raw is not None and raw != op.unusable:
                         return Waited(raw)
                     if pttl == -2:
-                        # Freed without a (new) value. Its announcement may be
-                        # waiting unread: it tells a release from an expiry.
-                        while not released and (pending := await pubsub.get_message(timeout=0)) is not None:
-                            released = announces_release(pending)
-                        return Waited(None, released)
-                    remaining = deadline - self._clock.monotonic()
-                    if remaining <= 0:
-                        return Waited()
-                    message = await pubsub.get_message(timeout=poll_interval(remaining, pttl))
-                    released = released or announces_release(message)
-            finally:
-                await asyncio.shield(pubsub.aclose())
+                        if not watch.released and watch.live:
+                            await watch.wait(RELEASE_GRACE)
+                        return Waited(None, watch.released)
+        finally:
+            subscriber.unwatch(watch)
 
     async def get(self, key: str | bytes) -> Entry | None:
         """See :meth:`stampede.Stampede.get`."""
@@ -411,11 +438,39 @@ class Stampede(StampedeBase):
         lookup = await self._first_read(keys, options)
         if isinstance(lookup, Entry):
             return Read(True, lookup.value)
-        flow = self._flow(keys, options, take_over=False)
-        outcome = await self._drive(flow.run(lookup), keys, options, None)
-        if isinstance(outcome, Paused):
-            return self._lease_for(keys, options, flow, outcome)
-        return Read(True, outcome)
+        flight_key = (keys.value, "read")
+        deadline = self._clock.monotonic() + options.wait_timeout
+        while True:
+            flight, leader = self._flights.join(flight_key)
+            if leader:
+                break
+            if lookup.entry is not None:
+                return Read(True, self._serve_follower(keys, lookup.entry))
+            remaining = deadline - self._clock.monotonic()
+            try:
+                if remaining <= 0:
+                    raise asyncio.TimeoutError
+                await asyncio.wait_for(flight.done.wait(), remaining)
+            except asyncio.TimeoutError:
+                return self._read_timed_out(keys, options)
+            if flight.abandoned:
+                continue
+            shared = flight.outcome()
+            if shared is not LEASE_TAKEN:
+                return shared  # type: ignore[no-any-return]
+            # A task of this loop rebuilds under the lease: the next flight
+            # waits for its commit.
+        try:
+            flow = self._flow(keys, options, take_over=False, deadline=deadline)
+            outcome = await self._drive(flow.run(lookup), keys, options, None)
+            read = self._lease_for(keys, options, flow, outcome) if isinstance(outcome, Paused) else None
+        except BaseException as exc:
+            self._flights.finish(flight_key, flight, error=exc)
+            raise
+        if read is None:
+            read = Read(True, outcome)
+        self._flights.finish(flight_key, flight, value=LEASE_TAKEN if read.lease is not None else read)
+        return read
 
     async def commit(
         self,
@@ -499,13 +554,31 @@ class Stampede(StampedeBase):
     async def _pipelined(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         if not calls:
             return []
+        try:
+            return await self._pipelined_once(script, calls)
+        finally:
+            self._epoch = object()
+
+    async def _pipelined_once(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         with self._redis_errors("", f"{script} several keys"):
-            pipe = self._client.pipeline(transaction=False)
-            for names, args in calls:
-                await self._scripts[script](
-                    keys=[names.value, names.lease, names.scratch], args=args, client=pipe
-                )
-            return await pipe.execute()  # type: ignore[no-any-return]
+            results = await self._pipeline(script, calls)
+            # See stampede.Stampede._pipelined_once: NOSCRIPT calls never ran.
+            again = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
+            if again:
+                retried = await self._pipeline(script, [calls[i] for i in again])
+                for i, result in zip(again, retried, strict=True):
+                    results[i] = result
+            for result in results:
+                if isinstance(result, Exception):
+                    raise result
+            return results
+
+    async def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        for names, args in calls:
+            names_of = [names.value, names.lease, names.scratch]
+            await self._scripts[script](keys=names_of, args=args, client=pipe)
+        return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
@@ -525,6 +598,12 @@ class Stampede(StampedeBase):
         return await self._unlink_matching(self._keys.pattern)
 
     async def _unlink_matching(self, pattern: bytes) -> int:
+        try:
+            return await self._unlink_matching_once(pattern)
+        finally:
+            self._epoch = object()
+
+    async def _unlink_matching_once(self, pattern: bytes) -> int:
         deleted = 0
         with self._redis_errors("", "delete keys by pattern"):
             batch: list[bytes] = []
@@ -583,6 +662,7 @@ class Stampede(StampedeBase):
         :meth:`from_url` created it."""
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._subscriber.aclose()
         if self._owns_client:
             await self._client.aclose()
 

@@ -179,8 +179,11 @@ def test_a_released_lease_does_not_make_the_waiters_queue(make_driver: Any, clie
     sf = make_driver(on_wait_timeout="raise")
     holder = sf.read("flag")  # a key nobody stores: its holder will give up
     results: list[Read] = []
+    # Five processes, as far as coalescing goes: each its own instance and subscriber.
+    others = [make_driver(on_wait_timeout="raise") for _ in range(5)]
     waiters = [
-        threading.Thread(target=lambda: results.append(sf.read("flag", wait_timeout=30))) for _ in range(5)
+        threading.Thread(target=lambda other=other: results.append(other.read("flag", wait_timeout=30)))
+        for other in others
     ]
     for waiter in waiters:
         waiter.start()

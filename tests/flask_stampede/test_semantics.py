@@ -160,7 +160,10 @@ def test_responses_refused_for_the_cache_are_rendered_side_by_side(serve: Callab
         wait_until(lambda: expensive.runs == 1)
         others = ThreadPoolExecutor(5)
         waiting = [others.submit(fetch, url) for _ in range(5)]
-        wait_until(lambda: _subscribers(app) == 5)  # all five are waiting for the lease
+        # All five wait for the lease: one through the process's subscriber,
+        # four behind it in the process's flight.
+        flights = app.extensions["stampede"].core._flights
+        wait_until(lambda: _subscribers(app) == 1 and flights.followers() == 4)
     finally:
         expensive.gate.set()
     assert first.result(30)[0] == 503

@@ -1,0 +1,157 @@
+"""One pub/sub connection per event loop and Redis client, for every asyncio waiter.
+
+The asyncio twin of :mod:`stampede._subscriber`: a listener task owns the
+connection and keeps one read pending on it at all times (never cancelled,
+so no reply is ever cut in half); SUBSCRIBE and UNSUBSCRIBE are sent beside
+that read, which redis-py's asyncio ``PubSub`` allows. Waiters sleep on their
+watch's event. The task ends when nobody has waited for a while.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from typing import Any
+
+from ._channels import Channels, WatchBase
+from ._events import logger
+
+__all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for"]
+
+IDLE_SECONDS = 10.0
+_MAX_BACKOFF = 1.0
+
+
+class AsyncWatch(WatchBase[asyncio.Event]):
+    """A task's watch on one channel."""
+
+    __slots__ = ()
+
+    def __init__(self, channel: bytes) -> None:
+        super().__init__(channel, asyncio.Event())
+
+    async def wait(self, timeout: float) -> bool:
+        if self.event.is_set():
+            return True
+        try:
+            await asyncio.wait_for(self.event.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+
+class AsyncSubscriber:
+    """The pub/sub listener of one ``redis.asyncio`` client, on its event loop."""
+
+    def __init__(self, client: Any) -> None:
+        self._client_ref = weakref.ref(client)
+        self._channels: Channels[AsyncWatch] = Channels()
+        self._task: asyncio.Task[None] | None = None
+        self._poked = asyncio.Event()
+        self._stopping = False
+
+    def watch(self, channel: bytes) -> AsyncWatch:
+        """Start watching ``channel``; stop with :meth:`unwatch`."""
+        watch = AsyncWatch(channel)
+        self._channels.add(watch)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="stampede-subscriber")
+        else:
+            self._poked.set()
+        return watch
+
+    def unwatch(self, watch: AsyncWatch) -> None:
+        self._channels.remove(watch)
+        self._poked.set()
+
+    async def aclose(self) -> None:
+        """Stop the listener if nobody is waiting (it starts again when someone does)."""
+        task = self._task
+        if task is None or task.done() or len(self._channels):
+            return
+        # A flag rather than a cancellation, which redis-py's commands may
+        # swallow when it lands inside them.
+        self._stopping = True
+        self._poked.set()
+        try:
+            await asyncio.wait({task}, timeout=1.0)
+        finally:
+            self._stopping = False
+        if not task.done():
+            task.cancel()
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            client = self._client_ref()
+            if client is None:
+                return
+            try:
+                await self._serve(client)
+                if not len(self._channels):
+                    return
+                continue  # stopped as a waiter came in: serve it
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any failure: the connection is gone
+                logger.info("wake-up connection lost, reconnecting: %s", exc)
+            finally:
+                del client
+            self._channels.lost()
+            if not len(self._channels):
+                return
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF)
+
+    async def _serve(self, client: Any) -> None:
+        loop = asyncio.get_running_loop()
+        pubsub = client.pubsub()
+        read: asyncio.Future[Any] | None = None
+        poked: asyncio.Future[Any] | None = None
+        try:
+            await pubsub.subscribe(*self._channels.resubscribed())
+            idle_since: float | None = None
+            while not self._stopping:
+                subscribe, unsubscribe = self._channels.take_pending()
+                if subscribe:
+                    await pubsub.subscribe(*subscribe)
+                if unsubscribe:
+                    await pubsub.unsubscribe(*unsubscribe)
+                now = loop.time()
+                if len(self._channels):
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= IDLE_SECONDS and not self._channels.pending:
+                    return
+                if read is None:
+                    read = asyncio.ensure_future(pubsub.get_message(timeout=None))
+                if poked is None:
+                    self._poked.clear()
+                    poked = asyncio.ensure_future(self._poked.wait())
+                done, _ = await asyncio.wait({read, poked}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+                if poked in done:
+                    poked = None
+                if read in done:
+                    message, read = read.result(), None
+                    self._channels.dispatch(message)
+        finally:
+            for pending in (read, poked):
+                if pending is not None:
+                    pending.cancel()
+            with contextlib.suppress(BaseException):
+                await asyncio.shield(pubsub.aclose())
+
+
+_subscribers: weakref.WeakKeyDictionary[Any, AsyncSubscriber] = weakref.WeakKeyDictionary()
+
+
+def async_subscriber_for(client: Any) -> AsyncSubscriber:
+    """The subscriber for ``client`` (one per client, shared by every
+    :class:`stampede.asyncio.Stampede` on it; a ``redis.asyncio`` client
+    belongs to one event loop)."""
+    found = _subscribers.get(client)
+    if found is None:
+        found = _subscribers[client] = AsyncSubscriber(client)
+    return found
