@@ -5,8 +5,11 @@ own (:class:`stampede.testing.RedisServer`), always stopped afterwards, on
 errors and Ctrl-C too; with ``--redis-url`` (or ``$REDIS_URL``) they all
 share that one instead. One set of worker processes runs every phase of
 every peer, so the peers are measured in the same conditions, alternating
-where a scenario allows. The tables also go to ``bench/results/latest.md``
-and the plot to ``bench/results/latest.png``; progress goes to stderr.
+where a scenario allows. The many-waiters scenario (``--scenario many``,
+:mod:`bench.manywaiters`) needs no peer and no worker: it runs stampede's
+entry points one cell at a time, each on a fresh redis-server. The tables
+also go to ``bench/results/latest.md`` and the plot to
+``bench/results/latest.png``; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import redis
 import stampede
 from stampede.testing import RedisServer
 
-from . import cold, hitpath, hot, plot, summary
+from . import cold, hitpath, hot, manywaiters, plot, summary
 from ._load import WorkerError, run_phases
 from ._meter import CommandMeter
 from ._phase import Phase, PhaseResult
@@ -41,7 +44,7 @@ from .summary import Figures
 
 PROCESSES = 4
 THREADS = 16
-SCENARIOS = ("hit", "cold", "hot")
+SCENARIOS = ("hit", "cold", "hot", "many")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
 PLOT = RESULTS.with_suffix(".png")
 
@@ -70,12 +73,30 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="use this one Redis for every peer instead of starting a redis-server per peer "
         "(default: $REDIS_URL)",
     )
-    parser.add_argument("--quick", action="store_true", help="fewer rounds and shorter runs (~1 min)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="fewer rounds and shorter runs of hit, cold and hot (~1 min); many is unchanged (see --many-n)",
+    )
     parser.add_argument(
         "--scenario",
         action="append",
         choices=SCENARIOS,
         help="run only this scenario (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--many-n",
+        type=_callers,
+        action="append",
+        metavar="N",
+        help="many: run each entry point with N concurrent callers (repeatable; default: "
+        f"{', '.join(map(str, manywaiters.COUNTS))}); a small N makes a quick check",
+    )
+    parser.add_argument(
+        "--many-entry",
+        action="append",
+        choices=[point.name for point in manywaiters.ENTRY_POINTS],
+        help="many: run only this entry point (repeatable; default: all that are installed)",
     )
     parser.add_argument(
         "--peer",
@@ -84,6 +105,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run only this peer (repeatable; default: all that are installed)",
     )
     return parser.parse_args(argv)
+
+
+def _callers(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"N must be at least 1, got {value}")
+    return value
 
 
 def log(message: str) -> None:
@@ -105,38 +133,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = QUICK if args.quick else FULL
     chosen = [name for name in SCENARIOS if name in (args.scenario or SCENARIOS)]
+    # "many" needs no peer: it measures stampede's own entry points (bench.manywaiters).
+    peer_scenarios = [name for name in chosen if name != "many"]
     asked = [peer for peer in PEERS if peer.name in (args.peer or [p.name for p in PEERS])]
-    peers = [peer for peer in asked if not peer.missing()]
+    peers = [peer for peer in asked if not peer.missing()] if peer_scenarios else []
     skipped = [
         f"Skipped {peer.label}: {', '.join(peer.missing())} not installed "
         "(`pip install stampede[bench]` installs every peer)."
         for peer in asked
-        if peer.missing()
+        if peer.missing() and peer_scenarios
     ]
     for note in skipped:
         log(note)
-    if not peers:
+    if peer_scenarios and not peers:
         log("no peer to run")
         return 1
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
+    sections: list[Section] = []
+    figures: list[Figures] = []
+    where = version = ""
+    many: Section | None = None
     try:
-        with contextlib.ExitStack() as stack:
-            if args.redis_url is not None:
-                urls = {peer.name: args.redis_url for peer in peers}
-                where = (
-                    "Every peer used the one Redis given with `--redis-url`: the command counts include "
-                    "whatever else that server ran meanwhile."
-                )
-            else:
-                urls = {}
-                for peer in peers:
-                    server = RedisServer()
-                    stack.callback(server.close)
-                    urls[peer.name] = server.start().url
-                log(f"started {len(urls)} redis-server(s), one per peer")
-                where = "Each peer had a redis-server of its own, started for this run and stopped after it."
-            sections, figures, version = run(urls, peers, chosen, settings, started=started)
+        if peer_scenarios:
+            sections, figures, version, where = _run_peers(
+                args.redis_url, peers, peer_scenarios, settings, started=started
+            )
+        if "many" in chosen:
+            many, version = manywaiters.run(
+                secrets.token_hex(4),
+                counts=args.many_n or manywaiters.COUNTS,
+                names=args.many_entry,
+                redis_url=args.redis_url,
+                log=log,
+            )
     except KeyboardInterrupt:
         log("interrupted")
         return 130
@@ -144,19 +174,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"failed: {exc}")
         return 1
     environment = environment_line(version, quick=args.quick)
-    image = _draw(figures, environment)
-    notes = [
-        where,
-        *summary.observations(figures, callers=PROCESSES * THREADS),
-        *(_configured(peer) for peer in peers),
-        *skipped,
-    ]
-    side_by_side = _summary(figures, notes, image, shared=args.redis_url is not None)
-    footer = (
-        f"_{len(chosen)} scenario(s), {len(peers)} peer(s) in {time.monotonic() - started:.0f} s; "
-        "`python -m bench`._"
-    )
-    document = render_document(environment, [side_by_side, *sections], footer)
+    image = None
+    if peer_scenarios:
+        image = _draw(figures, environment)
+        notes = [
+            where,
+            *summary.observations(figures, callers=PROCESSES * THREADS),
+            *(_configured(peer) for peer in peers),
+            *skipped,
+        ]
+        sections = [_summary(figures, notes, image, shared=args.redis_url is not None), *sections]
+    if many is not None:
+        sections.append(many)
+    counted = f", {len(peers)} peer(s)" if peer_scenarios else ""
+    footer = f"_{len(chosen)} scenario(s){counted} in {time.monotonic() - started:.0f} s; `python -m bench`._"
+    document = render_document(environment, sections, footer)
     print(document, end="")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(document, encoding="utf-8")
@@ -164,6 +196,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if image is not None:
         log(f"the plot is in {_shown(image)}")
     return 0
+
+
+def _run_peers(
+    redis_url: str | None,
+    peers: Sequence[PeerSpec],
+    chosen: Sequence[str],
+    settings: Settings,
+    *,
+    started: float,
+) -> tuple[list[Section], list[Figures], str, str]:
+    """:func:`run` on a redis-server per peer (stopped after), or all on ``redis_url``; also says
+    which, for the notes."""
+    with contextlib.ExitStack() as stack:
+        if redis_url is not None:
+            urls = {peer.name: redis_url for peer in peers}
+            where = (
+                "Every peer used the one Redis given with `--redis-url`: the command counts include "
+                "whatever else that server ran meanwhile."
+            )
+        else:
+            urls = {}
+            for peer in peers:
+                server = RedisServer()
+                stack.callback(server.close)
+                urls[peer.name] = server.start().url
+            log(f"started {len(urls)} redis-server(s), one per peer")
+            where = "Each peer had a redis-server of its own, started for this run and stopped after it."
+        sections, figures, version = run(urls, peers, chosen, settings, started=started)
+    return sections, figures, version, where
 
 
 def run(

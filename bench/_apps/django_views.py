@@ -1,0 +1,57 @@
+"""The Django site's views (its ``ROOT_URLCONF``), each caching one page the documented way.
+
+- ``/page``: a sync view under ``cache_page``, served by a WSGI server.
+- ``/apage``: an async view under ``cache_page``, served by an ASGI server.
+- ``/aget-or-set``: an async view that caches its slow part with ``await cache.aget_or_set(key,
+  coroutine_function, timeout)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+from django.views.decorators.cache import cache_page
+
+from .._renders import RenderLog
+from .django_site import TTL
+
+RENDERS = RenderLog.from_env()
+
+View = Callable[..., Any]
+#: ``cache_page(TTL)``, typed: Django ships no type information.
+cached_page: Callable[[View], View] = cache_page(TTL)
+
+
+def ready(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(b"ok")
+
+
+@cached_page
+def page(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(RENDERS.render())
+
+
+@cached_page
+async def apage(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(await RENDERS.arender())
+
+
+async def build_part() -> bytes:
+    """The slow part of :func:`aget_or_set`, as the coroutine function it hands the cache."""
+    return await RENDERS.arender()
+
+
+async def aget_or_set(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(await cache.aget_or_set("many-waiters:part", build_part, TTL))
+
+
+urlpatterns = [
+    path("ready", ready),
+    path("page", page),
+    path("apage", apage),
+    path("aget-or-set", aget_or_set),
+]
