@@ -108,17 +108,17 @@ class Lease:
     nothing.
     """
 
-    __slots__ = ("_acquired_at", "_flow", "_options", "_started", "keys", "token")
+    __slots__ = ("_flow", "_options", "_started", "_won_at", "keys", "token")
 
     def __init__(
-        self, keys: Keys, token: str, flow: Flow, options: Options, started: float, acquired_at: float
+        self, keys: Keys, token: str, flow: Flow, options: Options, started: float, won_at: str | None
     ) -> None:
         self.keys = keys
         self.token = token
         self._flow = flow
         self._options = options
         self._started = started  # monotonic: the rebuild's duration
-        self._acquired_at = acquired_at  # wall clock: what a lapsed commit may overwrite
+        self._won_at = won_at  # the server's clock: what a lapsed commit is fenced by
 
     @property
     def key(self) -> str:
@@ -340,11 +340,13 @@ class StampedeBase:
                 f"cannot serialize the value for key {keys.name!r} with {self.serializer!r}: {exc}",
                 key=keys.name,
             ) from exc
-        return [data, options.expire_ms or 0, keys.channel]
+        return [data, options.expire_ms or 0, keys.channel, self.options.lapse_ms]
 
-    @staticmethod
-    def _invalidate_args() -> list[Any]:
-        return [MAGIC, FRESH_UNTIL_OFFSET, b"\x00" * 8]
+    def _delete_args(self, keys: Keys) -> list[Any]:
+        return ["", 0, keys.channel, self.options.lapse_ms]
+
+    def _invalidate_args(self) -> list[Any]:
+        return [MAGIC, FRESH_UNTIL_OFFSET, b"\x00" * 8, self.options.lapse_ms]
 
     def _touch_args(self, options: Options) -> list[Any]:
         ttl = options.ttl
@@ -392,7 +394,7 @@ class StampedeBase:
         if paused.token is None:  # no lease to hand out (fail-open, or gave up waiting)
             return Read(False)
         clock = self._clock
-        lease = Lease(keys, paused.token, flow, options, clock.monotonic(), clock.time())
+        lease = Lease(keys, paused.token, flow, options, clock.monotonic(), flow.won_at)
         return Read(False, None, lease, paused.stale)
 
     def _settle_options(self, lease: Lease, ttl: Any, stale_ttl: Any) -> Options:
@@ -415,15 +417,20 @@ class StampedeBase:
         if isinstance(op, Acquire):
             return "acquire", [op.token, options.lease_ms]
         if isinstance(op, Commit):
-            since = "" if op.lapsed_since is None else repr(op.lapsed_since)
-            return "commit", [op.token, op.data, options.expire_ms or 0, keys.channel, since, MAGIC]
+            since = "" if op.won_at is None else op.won_at
+            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, MAGIC, options.lapse_ms]
+            return "commit", args
         return "release", [op.token, keys.channel]
 
     @staticmethod
     def _op_result(op: Acquire | Commit | Release, reply: Any) -> Any:
         if isinstance(op, Acquire):
-            won, detail = reply
-            return Acquired(True, detail) if won else Acquired(False, lease_pttl=int(detail))
+            if reply[0]:
+                won_at = reply[2]
+                return Acquired(
+                    True, reply[1], won_at=won_at.decode() if isinstance(won_at, bytes) else won_at
+                )
+            return Acquired(False, lease_pttl=int(reply[1]))
         if isinstance(op, Commit):
             return bool(reply)
         return None

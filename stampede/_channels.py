@@ -104,7 +104,9 @@ class Channels(Generic[W]):
             wanted[channel] = on
         self.pending = []
         to_subscribe = [channel for channel, on in wanted.items() if on and channel in self._watches]
-        to_unsubscribe = [channel for channel, on in wanted.items() if not on and channel not in self._watches]
+        to_unsubscribe = [
+            channel for channel, on in wanted.items() if not on and channel not in self._watches
+        ]
         return to_subscribe, to_unsubscribe
 
     def dispatch(self, message: dict[str, Any] | None) -> None:

@@ -26,6 +26,7 @@ class EventKind(str, enum.Enum):
     REBUILD = "rebuild"  #: a rebuild finished (``duration`` = its run time)
     REBUILD_ERROR = "rebuild_error"  #: a rebuild raised (``error``)
     COMMIT_REJECTED = "commit_rejected"  #: a rebuilt value was not written: lease lost
+    COMMIT_FAILED = "commit_failed"  #: a rebuilt value could not be written: Redis failed (``error``)
     CORRUPT = "corrupt"  #: data under the key was not readable; treated as a miss
     REDIS_ERROR = "redis_error"  #: a Redis command failed (``error``)
     FAIL_OPEN = "fail_open"  #: Redis failed, so the rebuild ran without it

@@ -37,6 +37,7 @@ __all__ = [
     "Rebuild",
     "Rebuilt",
     "Release",
+    "Sleep",
     "Wait",
     "Waited",
     "new_token",
@@ -73,12 +74,14 @@ class Acquired:
     """Result of :class:`Acquire`.
 
     ``current`` is the value key's raw bytes, read atomically with a won
-    lease; ``lease_pttl`` the holder's remaining milliseconds when lost.
+    lease, and ``won_at`` the server's clock then (text); ``lease_pttl`` the
+    holder's remaining milliseconds when lost.
     """
 
     won: bool
     current: bytes | None = None
     lease_pttl: int = -2
+    won_at: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,23 +113,27 @@ class Commit:
     """Write ``data`` if ``token`` still holds the lease, release the lease
     and wake waiters. Result: whether it was written.
 
-    ``lapsed_since``: also write if the lease lapsed with nobody else holding
-    one and nothing stored is newer than this wall-clock time.
+    ``won_at``: the server's clock when the lease was won; with it, also
+    write if the lease lapsed with nobody else holding one and nothing was
+    written, deleted or invalidated since (by the server's clock).
     """
 
     token: str
     data: bytes
-    lapsed_since: float | None = None
+    won_at: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Release:
     """Drop lease ``token`` if still ours and wake waiters. Result: None.
 
-    Drivers never raise from it: the lease TTL is the backstop.
+    Drivers never raise from it: the lease TTL is the backstop. ``detached``:
+    run it in the background, retried until Redis answers (or the lease has
+    expired anyway), so that a Redis that just failed us is not waited on twice.
     """
 
     token: str
+    detached: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +161,15 @@ class Waited(NamedTuple):
 #: What the release of a lease without a value announces on the channel.
 RELEASED = b"0"
 
-Op = Acquire | Rebuild | Commit | Release | Wait
+
+@dataclass(frozen=True, slots=True)
+class Sleep:
+    """Pause ``seconds`` before trying again. Result: None."""
+
+    seconds: float
+
+
+Op = Acquire | Rebuild | Commit | Release | Wait | Sleep
 
 #: How long a waiter that found a lease gone without a value gives the
 #: release announcement to arrive, to tell a release from an expiry.
@@ -240,6 +255,7 @@ class Flow:
         self.can_wait = can_wait
         self.deadline = deadline
         self.committed = False  # set by settle(): whether a rebuilt value was stored
+        self.won_at: str | None = None  # the server's clock when this flow won its lease
 
     def run(self, lookup: Lookup) -> Generator[Op, Any, Any]:
         """Serve, refresh or rebuild the key; returns the value or raises."""
@@ -385,17 +401,23 @@ class Flow:
         except BaseException:
             # The lease may have been granted although its reply never came
             # (a lost connection, a cancelled caller): drop it if it is ours
-            # rather than leave it to block others until it expires.
-            yield Release(token)
+            # rather than leave it to block others until it expires. In the
+            # background: the Redis that just failed must not stall us twice.
+            yield Release(token, detached=True)
             raise
+        if acquired.won:
+            self.won_at = acquired.won_at
         return acquired
 
     def _rebuild_and_commit(self, token: str, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
         rebuilt: Rebuilt = yield Rebuild(token, stale)
-        return (yield from self.settle(token, rebuilt, stale))
+        # Fenced by the server's clock rather than by holding the lease, so
+        # that a lease evicted (maxmemory) or lapsed with nothing newer
+        # written meanwhile does not throw the rebuild away.
+        return (yield from self.settle(token, rebuilt, stale, self.won_at))
 
     def settle(
-        self, token: str, rebuilt: Rebuilt, stale: Entry | None = None, lapsed_since: float | None = None
+        self, token: str, rebuilt: Rebuilt, stale: Entry | None = None, won_at: str | None = None
     ) -> Generator[Op, Any, _Outcome]:
         """Store what the lease holder rebuilt (fenced), or free the lease if it failed.
 
@@ -419,16 +441,43 @@ class Flow:
             yield Release(token)
             return None, exc
         try:
-            self.committed = yield Commit(token, data, lapsed_since)
+            self.committed = yield from self._commit(Commit(token, data, won_at))
         except RedisUnavailableError as exc:
-            # The caller asked for a value and has one: failing the call now
-            # would throw the rebuild away. The next read rebuilds again.
-            logger.warning("could not store the rebuilt %r: %s", name, exc)
-            return rebuilt.value, None
+            # It could not be stored. Handing the caller a value Redis does
+            # not have would let it be served an older one next: serve what
+            # Redis has (the stale value), or fail, unless the user chose
+            # fail_open (availability over that guarantee).
+            yield Release(token, detached=True)
+            self.emit(EventKind.COMMIT_FAILED, error=exc)
+            if stale is not None:
+                logger.warning("could not store the rebuilt %r (%s); serving its stale value", name, exc)
+                return stale.value, None
+            if self.options.fail_open:
+                logger.warning("could not store the rebuilt %r (%s); serving it (fail_open)", name, exc)
+                return rebuilt.value, None
+            return None, exc
         if not self.committed:
             logger.info("rebuilt %r but its lease had passed on; the newer value stays", name)
             self.emit(EventKind.COMMIT_REJECTED)
         return rebuilt.value, None
+
+    def _commit(self, commit: Commit) -> Generator[Op, Any, bool]:
+        # A commit is safe to repeat (the script recognises its own earlier
+        # write), so a failed or unanswered one is tried again while the
+        # lease would still be ours.
+        clock = self.clock
+        give_up_at = clock.monotonic() + self.options.lease_ttl
+        delay = 0.05
+        while True:
+            try:
+                committed: bool = yield commit
+            except RedisUnavailableError:
+                if clock.monotonic() + delay >= give_up_at:
+                    raise
+                yield Sleep(delay)
+                delay = min(delay * 2, 0.5)
+                continue
+            return committed
 
     def _encode(self, rebuilt: Rebuilt) -> bytes:
         now = self.clock.time()

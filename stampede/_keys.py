@@ -35,6 +35,17 @@ class Keys:
         return self.value + b":ch"
 
     @property
+    def fence(self) -> bytes:
+        """When the key was last deleted or invalidated (server time), for a while."""
+        return self.value + b":fence"
+
+    @property
+    def script_keys(self) -> list[bytes]:
+        """The keys every script is given, in the order the scripts expect."""
+        value = self.value
+        return [value, value + b":lease", value + b":tmp", value + b":fence"]
+
+    @property
     def scratch(self) -> bytes:
         """A key for a script's temporary arithmetic, in the same slot."""
         return self.value + b":tmp"

@@ -120,6 +120,12 @@ class Options:
             return None
         return max(1, math.ceil((self.ttl + self.stale_ttl) * 1000))
 
+    @property
+    def lapse_ms(self) -> int:
+        """How late (ms after the lease was won) a lapsed lease's commit may still
+        store, and so how long a delete or invalidation fences such commits off."""
+        return int((self.max_lease_time + self.lease_ttl) * 1000)
+
     def merged(self, overrides: dict[str, Any]) -> Options:
         """Return these options with per-call ``overrides`` applied (and validated)."""
         if not overrides:

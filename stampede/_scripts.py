@@ -5,12 +5,28 @@ a command whose connection broke, so a script may execute although its
 first reply was lost. Every script therefore recognises its own earlier
 success (by token, or by the bytes it wrote) instead of reporting failure.
 
-Keys: KEYS[1] is the value, KEYS[2] the lease; both carry the same hash tag.
+Keys: KEYS[1] is the value, KEYS[2] the lease, KEYS[3] a scratch key, KEYS[4]
+the fence (when the key was last deleted or invalidated); all carry the
+same hash tag.
+
+Fencing trusts only Redis's clock: every stored value carries, at bytes
+13-20 of its header, the server's ``TIME`` when it was written, and a lease
+reports the server's ``TIME`` when it was won. A commit whose lease lapsed
+stores only if nothing was written, deleted or invalidated since then;
+two hosts' clocks are never compared.
 """
 
 from __future__ import annotations
 
 __all__ = ["ACQUIRE", "ADD", "COMMIT", "EXTEND", "INCR", "INVALIDATE", "PROBE", "RELEASE", "TOUCH", "WRITE"]
+
+# The server's clock, in seconds: what orders writes from different hosts.
+_NOW = """
+local function server_now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+"""
 
 # Reads the value, tolerating a key of another type (foreign data: a miss).
 _READ_VALUE = """
@@ -21,38 +37,58 @@ local function read_value()
 end
 """
 
-# Writes the value with its expiry in milliseconds ('0': none).
-_SET_VALUE = """
+# Writes the value with its expiry in milliseconds ('0': none), stamped with
+# the server's clock in the header's written-at field (bytes 13-20).
+_SET_VALUE = (
+    _NOW
+    + """
+local function stamped(data)
+  if string.len(data) < 24 then return data end
+  return string.sub(data, 1, 12) .. struct.pack('<d', server_now()) .. string.sub(data, 21)
+end
 local function set_value(data, expire_ms)
   if expire_ms == '0' then
-    redis.call('SET', KEYS[1], data)
+    redis.call('SET', KEYS[1], stamped(data))
   else
-    redis.call('SET', KEYS[1], data, 'PX', expire_ms)
+    redis.call('SET', KEYS[1], stamped(data), 'PX', expire_ms)
   end
 end
+-- Whether stored bytes are these, whatever their stamp: a retried write.
+local function same_value(current, data)
+  return current and string.len(current) == string.len(data)
+    and string.sub(current, 1, 12) == string.sub(data, 1, 12)
+    and string.sub(current, 21) == string.sub(data, 21)
+end
+-- Marks the key deleted or invalidated now, for lapsed commits to see.
+local function fence(fence_ms)
+  redis.call('SET', KEYS[4], tostring(server_now()), 'PX', fence_ms)
+end
 """
+)
 
 # ARGV: token, lease_ms.
-# -> {1, value-or-nil} when the caller holds the lease (the value lets it see
-#    a rebuild that landed between its read and its lease);
+# -> {1, value-or-nil, won-at} when the caller holds the lease (the value
+#    lets it see a rebuild that landed between its read and its lease;
+#    won-at, the server's clock as text, is what a lapsed commit is fenced by);
 #    {0, lease pttl} when someone else holds it.
 ACQUIRE = (
     _READ_VALUE
+    + _NOW
     + """
 local held = redis.call('GET', KEYS[2])
-if held == ARGV[1] then return {1, read_value()} end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, read_value()}
+if held == ARGV[1] or redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, read_value(), tostring(server_now())}
 end
 return {0, redis.call('PTTL', KEYS[2])}
 """
 )
 
 # The fenced write. ARGV: token, envelope, expire_ms ('0' = never), channel,
-# lapsed_since ('' = strict), magic.
+# won_at ('' = strict), magic, lapse_ms.
 # -> 1 written (now or by an earlier run of this same call), 0 rejected.
-# With lapsed_since, a lease that lapsed with nobody else holding one still
-# writes, unless the stored value was created after lapsed_since (newer).
+# With won_at (the server time the lease was won), a lease that lapsed with
+# nobody else holding one still writes, unless since won_at a value was
+# written, or the key deleted or invalidated, or lapse_ms have passed.
 COMMIT = (
     _READ_VALUE
     + _SET_VALUE
@@ -62,12 +98,15 @@ if held == ARGV[1] then
   redis.call('DEL', KEYS[2])
 else
   local current = read_value()
-  if current == ARGV[2] then return 1 end
+  if same_value(current, ARGV[2]) then return 1 end
   if ARGV[5] == '' or held then return 0 end
-  if current and string.sub(current, 1, string.len(ARGV[6])) == ARGV[6] and string.len(current) >= 20 then
-    local created = struct.unpack('<d', string.sub(current, 13, 20))
-    if created > tonumber(ARGV[5]) then return 0 end
+  local won_at = tonumber(ARGV[5])
+  if server_now() - won_at > tonumber(ARGV[7]) / 1000 then return 0 end
+  if current and string.sub(current, 1, string.len(ARGV[6])) == ARGV[6] and string.len(current) >= 24 then
+    if struct.unpack('<d', string.sub(current, 13, 20)) >= won_at then return 0 end
   end
+  local fenced = redis.call('GET', KEYS[4])
+  if fenced and tonumber(fenced) >= won_at then return 0 end
 end
 set_value(ARGV[2], ARGV[3])
 redis.call('PUBLISH', ARGV[4], '1')
@@ -95,23 +134,29 @@ return 0
 """
 
 # What a waiter checks: -> {value-or-nil, lease pttl (-2: no lease)}.
+# Reading the lease (GET, not only PTTL) marks it used: under an LRU
+# maxmemory policy a lease that many wait on is not the first key evicted.
 PROBE = (
     _READ_VALUE
     + """
+redis.call('GET', KEYS[2])
 return {read_value(), redis.call('PTTL', KEYS[2])}
 """
 )
 
 # An unconditional write (``set``, ``delete``): cancels any rebuild in flight
 # by dropping its lease, so a rebuild that started from older data cannot
-# overwrite this write. ARGV: envelope ('' = delete), expire_ms, channel.
-# -> 1 written; for a delete, whether there was a value to delete.
+# overwrite this write (nor, if its lease lapsed, store after it: a set's
+# value is stamped, a delete leaves a fence). ARGV: envelope ('' = delete),
+# expire_ms, channel, fence_ms. -> 1 written; for a delete, whether there
+# was a value to delete.
 WRITE = (
     _SET_VALUE
     + """
 redis.call('DEL', KEYS[2])
 if ARGV[1] == '' then
   local deleted = redis.call('DEL', KEYS[1])
+  fence(ARGV[4])
   redis.call('PUBLISH', ARGV[3], '0')
   return deleted
 end
@@ -124,14 +169,19 @@ return 1
 # Soft invalidation: zero fresh_until in place (the key keeps its TTL and
 # payload, so it is served stale while one caller refreshes it) and cancel
 # any rebuild in flight, which may have read the data being invalidated.
-# ARGV: magic, offset (0-based), 8 bytes of fresh_until. -> 1 marked, 0 absent.
-INVALIDATE = """
+# ARGV: magic, offset (0-based), 8 bytes of fresh_until, fence_ms.
+# -> 1 marked, 0 absent.
+INVALIDATE = (
+    _SET_VALUE
+    + """
 redis.call('DEL', KEYS[2])
+fence(ARGV[4])
 local head = redis.pcall('GETRANGE', KEYS[1], 0, string.len(ARGV[1]) - 1)
 if head ~= ARGV[1] then return 0 end
 redis.call('SETRANGE', KEYS[1], tonumber(ARGV[2]), ARGV[3])
 return 1
 """
+)
 
 # Write only if the key holds nothing (Django's and Flask-Caching's add).
 # Wakes waiters: a value has landed. ARGV: envelope, expire_ms, channel.

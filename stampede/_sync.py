@@ -26,6 +26,7 @@ from ._flow import (
     Rebuild,
     Rebuilt,
     Release,
+    Sleep,
     Wait,
     Waited,
     renew_interval,
@@ -343,7 +344,13 @@ class Stampede(StampedeBase):
             return self._rebuild(op.token, keys, options, rebuild)
         if isinstance(op, Wait):
             return self._wait(op, keys)
+        if isinstance(op, Sleep):
+            time.sleep(op.seconds)
+            return None
         script, args = self._op_call(op, keys, options)
+        if isinstance(op, Release) and op.detached:
+            self._release_in_background(keys, args, options)
+            return None
         try:
             return self._op_result(op, self._script(script, keys, args))
         except RedisUnavailableError:
@@ -351,10 +358,29 @@ class Stampede(StampedeBase):
                 return None  # logged as an event already; the lease TTL cleans up
             raise
 
+    def _release_in_background(self, keys: Keys, args: list[Any], options: Options) -> None:
+        def release() -> None:
+            give_up_at = time.monotonic() + options.lease_ttl  # it has expired by then anyway
+            delay = 0.1
+            while True:
+                try:
+                    self._script("release", keys, args)
+                    return
+                except RedisUnavailableError:
+                    if time.monotonic() + delay >= give_up_at:
+                        return
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+
+        try:
+            self._background_executor().submit(release)
+        except RuntimeError:  # shutting down: the lease expires by itself
+            pass
+
     def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         try:
             with self._redis_errors(keys.name, name):
-                return self._scripts[name](keys=[keys.value, keys.lease, keys.scratch], args=args)
+                return self._scripts[name](keys=keys.script_keys, args=args)
         finally:
             self._epoch = object()  # reads sent before this write are not shared after it
 
@@ -416,7 +442,7 @@ class Stampede(StampedeBase):
         """
         keys = self._keys(key)
         try:
-            raw = self._reader().get(keys.value)
+            raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
             if lookup.error is not None:
@@ -437,7 +463,7 @@ class Stampede(StampedeBase):
         """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
         in flight. Returns whether there was a value."""
         keys = self._keys(key)
-        return bool(self._script("write", keys, ["", 0, keys.channel]))
+        return bool(self._script("write", keys, self._delete_args(keys)))
 
     def invalidate(self, key: str | bytes) -> bool:
         """Mark ``key`` stale but keep serving it while one caller refreshes it.
@@ -532,7 +558,7 @@ class Stampede(StampedeBase):
         options = self._settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
         _, error = self._drive(
-            flow.settle(lease.token, rebuilt, None, lease._acquired_at if store_if_lapsed else None),
+            flow.settle(lease.token, rebuilt, None, lease._won_at if store_if_lapsed else None),
             lease.keys,
             options,
             None,
@@ -600,7 +626,7 @@ class Stampede(StampedeBase):
 
     def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
-        calls = [(names, ["", 0, names.channel]) for _, names in self._many(keys).values()]
+        calls = [(names, self._delete_args(names)) for _, names in self._many(keys).values()]
         return sum(self._pipelined("write", calls))
 
     def _pipelined(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
@@ -630,7 +656,7 @@ class Stampede(StampedeBase):
     def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
         for names, args in calls:
-            self._scripts[script](keys=[names.value, names.lease, names.scratch], args=args, client=pipe)
+            self._scripts[script](keys=names.script_keys, args=args, client=pipe)
         return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     def delete_prefix(self, prefix: str) -> int:
@@ -643,7 +669,7 @@ class Stampede(StampedeBase):
         return self._unlink_matching(self._keys.prefix_pattern(prefix))
 
     def clear(self) -> int:
-        """Delete every key of this namespace (values and leases); returns how many.
+        """Delete every key of this namespace (values, leases, fences); returns how many values.
 
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
@@ -663,11 +689,19 @@ class Stampede(StampedeBase):
             for name in self._client.scan_iter(match=pattern, count=1000):
                 batch.append(name)
                 if len(batch) == 500:
-                    deleted += self._client.unlink(*batch)
+                    deleted += self._unlink(batch)
                     batch = []
             if batch:
-                deleted += self._client.unlink(*batch)
+                deleted += self._unlink(batch)
         return deleted
+
+    def _unlink(self, names: list[bytes]) -> int:
+        """Unlink ``names``; returns how many were values (not leases or fences)."""
+        values = [name for name in names if name.endswith(b"}")]
+        others = [name for name in names if not name.endswith(b"}")]
+        if others:
+            self._client.unlink(*others)
+        return int(self._client.unlink(*values)) if values else 0
 
     def cached(
         self,

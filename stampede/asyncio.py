@@ -36,6 +36,7 @@ from ._flow import (
     Rebuild,
     Rebuilt,
     Release,
+    Sleep,
     Wait,
     Waited,
     renew_interval,
@@ -289,7 +290,13 @@ class Stampede(StampedeBase):
             return await self._rebuild(op.token, keys, options, rebuild)
         if isinstance(op, Wait):
             return await self._wait(op, keys)
+        if isinstance(op, Sleep):
+            await asyncio.sleep(op.seconds)
+            return None
         script, args = self._op_call(op, keys, options)
+        if isinstance(op, Release) and op.detached:
+            self._detach(self._release_until_answered(keys, args, options), "stampede-release")
+            return None
         if isinstance(op, Release):
             # Shielded: a caller cancelled mid-release still frees the lease.
             try:
@@ -302,10 +309,24 @@ class Stampede(StampedeBase):
             call = asyncio.shield(call)  # a cancelled caller's value still lands, freeing the lease
         return self._op_result(op, await call)
 
+    async def _release_until_answered(self, keys: Keys, args: list[Any], options: Options) -> None:
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + options.lease_ttl  # it has expired by then anyway
+        delay = 0.1
+        while True:
+            try:
+                await self._script("release", keys, args)
+                return
+            except RedisUnavailableError:
+                if loop.time() + delay >= give_up_at:
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
     async def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         try:
             with self._redis_errors(keys.name, name):
-                return await self._scripts[name](keys=[keys.value, keys.lease, keys.scratch], args=args)
+                return await self._scripts[name](keys=keys.script_keys, args=args)
         finally:
             self._epoch = object()  # reads sent before this write are not shared after it
 
@@ -394,7 +415,7 @@ class Stampede(StampedeBase):
         """See :meth:`stampede.Stampede.get`."""
         keys = self._keys(key)
         try:
-            raw = await self._reader().get(keys.value)
+            raw = await self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
             if lookup.error is not None:
@@ -413,7 +434,7 @@ class Stampede(StampedeBase):
     async def delete(self, key: str | bytes) -> bool:
         """See :meth:`stampede.Stampede.delete`."""
         keys = self._keys(key)
-        return bool(await self._script("write", keys, ["", 0, keys.channel]))
+        return bool(await self._script("write", keys, self._delete_args(keys)))
 
     async def invalidate(self, key: str | bytes) -> bool:
         """See :meth:`stampede.Stampede.invalidate`."""
@@ -486,7 +507,7 @@ class Stampede(StampedeBase):
         options = self._settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
         _, error = await self._drive(
-            flow.settle(lease.token, rebuilt, None, lease._acquired_at if store_if_lapsed else None),
+            flow.settle(lease.token, rebuilt, None, lease._won_at if store_if_lapsed else None),
             lease.keys,
             options,
             None,
@@ -548,7 +569,7 @@ class Stampede(StampedeBase):
 
     async def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """See :meth:`stampede.Stampede.delete_many`."""
-        calls = [(names, ["", 0, names.channel]) for _, names in self._many(keys).values()]
+        calls = [(names, self._delete_args(names)) for _, names in self._many(keys).values()]
         return sum(await self._pipelined("write", calls))
 
     async def _pipelined(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
@@ -576,7 +597,7 @@ class Stampede(StampedeBase):
     async def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
         for names, args in calls:
-            names_of = [names.value, names.lease, names.scratch]
+            names_of = names.script_keys
             await self._scripts[script](keys=names_of, args=args, client=pipe)
         return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
@@ -590,7 +611,7 @@ class Stampede(StampedeBase):
         return await self._unlink_matching(self._keys.prefix_pattern(prefix))
 
     async def clear(self) -> int:
-        """Delete every key of this namespace (values and leases); returns how many.
+        """Delete every key of this namespace (values, leases, fences); returns how many values.
 
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
@@ -610,11 +631,19 @@ class Stampede(StampedeBase):
             async for name in self._client.scan_iter(match=pattern, count=1000):
                 batch.append(name)
                 if len(batch) == 500:
-                    deleted += await self._client.unlink(*batch)
+                    deleted += await self._unlink(batch)
                     batch = []
             if batch:
-                deleted += await self._client.unlink(*batch)
+                deleted += await self._unlink(batch)
         return deleted
+
+    async def _unlink(self, names: list[bytes]) -> int:
+        """Unlink ``names``; returns how many were values (not leases or fences)."""
+        values = [name for name in names if name.endswith(b"}")]
+        others = [name for name in names if not name.endswith(b"}")]
+        if others:
+            await self._client.unlink(*others)
+        return int(await self._client.unlink(*values)) if values else 0
 
     def cached(
         self,

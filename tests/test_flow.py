@@ -24,6 +24,7 @@ from stampede._flow import (
     Rebuild,
     Rebuilt,
     Release,
+    Sleep,
     Wait,
     Waited,
 )
@@ -304,14 +305,61 @@ def test_redis_down_with_a_stale_value_in_hand_serves_it() -> None:
     assert kinds(ops) == [Acquire, Release]
 
 
-def test_commit_failure_still_returns_the_rebuilt_value() -> None:
+def commit_fails(clock: FakeClock, times: int = 1_000_000) -> Callable[[Op], Any]:
+    """Redis where the first ``times`` commits fail; sleeping moves the clock."""
+    failures = [times]
+
     def answer(op: Op) -> Any:
-        if isinstance(op, Commit):
+        if isinstance(op, Sleep):
+            clock.advance(op.seconds)
+            return None
+        if isinstance(op, Commit) and failures[0] > 0:
+            failures[0] -= 1
             raise RedisUnavailableError("gone")
         return redis_that()(op)
 
-    value, _ = drive(make_flow(FakeClock(), []).run(Lookup(None)), answer)
+    return answer
+
+
+def test_a_failed_commit_is_retried_within_the_lease_and_lands() -> None:
+    clock, events = FakeClock(), []
+    value, ops = drive(make_flow(clock, events).run(Lookup(None)), commit_fails(clock, times=2))
     assert value == "new"
+    assert kinds(ops) == [Acquire, Rebuild, Commit, Sleep, Commit, Sleep, Commit]
+    assert EventKind.COMMIT_FAILED not in events
+
+
+def test_a_commit_that_cannot_land_frees_the_lease_in_the_background_and_serves_nothing_unstored() -> None:
+    clock, events = FakeClock(), []
+    flow = make_flow(clock, events, lease_ttl=2)
+    with pytest.raises(RedisUnavailableError):
+        drive(flow.run(Lookup(None)), commit_fails(clock))
+    assert EventKind.COMMIT_FAILED in events
+    assert flow.committed is False
+
+
+def test_a_commit_that_cannot_land_serves_the_stale_value_or_with_fail_open_the_rebuilt_one() -> None:
+    clock = FakeClock()
+    old = entry("old", clock, fresh_for=-5)
+    value, ops = drive(make_flow(clock, [], lease_ttl=2).run(Lookup(old)), commit_fails(clock))
+    assert value == "old"
+    assert ops[-1] == Release(ops[0].token, detached=True)  # type: ignore[union-attr]
+    value, _ = drive(make_flow(clock, [], lease_ttl=2, fail_open=True).run(Lookup(None)), commit_fails(clock))
+    assert value == "new"
+
+
+def test_a_failed_lease_request_is_released_in_the_background() -> None:
+    def answer(op: Op) -> Any:
+        if isinstance(op, Acquire):
+            raise RedisUnavailableError("no reply")
+        return redis_that()(op)
+
+    clock = FakeClock()
+    with pytest.raises(RedisUnavailableError):
+        drive(make_flow(clock, []).run(Lookup(None)), answer)
+    # One wait on a stalled Redis, not two: the release does not block the caller.
+    _, ops = drive(make_flow(clock, [], fail_open=True).run(Lookup(None)), answer)
+    assert [op for op in ops if isinstance(op, Release)] == [Release(ops[0].token, detached=True)]  # type: ignore[union-attr]
 
 
 def test_ttl_none_writes_a_value_that_never_goes_stale() -> None:

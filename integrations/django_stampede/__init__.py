@@ -10,10 +10,14 @@
             "OPTIONS": {"STALE_TTL": 600},
         }
     }
+
+``django_stampede.cache_page`` is Django's ``cache_page`` that awaits the
+cache for async views, so that their pages are coalesced too.
 """
 
 from __future__ import annotations
 
+from ._cache_page import cache_page as cache_page
 from .cache import StampedeCache as StampedeCache
 
-__all__ = ["StampedeCache"]
+__all__ = ["StampedeCache", "cache_page"]

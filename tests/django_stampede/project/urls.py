@@ -10,4 +10,9 @@ urlpatterns = [
     path("aside/", views.aside),
     path("async-report/", views.async_report),
     path("broken/", views.broken),
+    path("async-page/", views.async_page),
+    path("stock-async-page/", views.stock_async_page),
+    path("sync-page/", views.sync_page),
+    path("ping/", views.ping),
+    path("state/", views.state),
 ]

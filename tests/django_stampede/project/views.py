@@ -6,6 +6,7 @@ import asyncio
 import threading
 import time
 
+import django_stampede
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -75,3 +76,43 @@ def broken(request: HttpRequest) -> HttpResponse:
         renders.bump()
         raise RuntimeError("the view failed before setting the cache")
     return HttpResponse(value)
+
+
+async def arender() -> str:
+    """``expensive`` for async views: counted, slow, held by ``gate``, off the loop's thread."""
+    run = renders.bump()
+    await asyncio.sleep(RENDER_SECONDS)
+    if not gate.is_set():
+        await asyncio.to_thread(gate.wait, 60)
+    return f"render {run}"
+
+
+# Pages fresh for 60 s: only expire_all() makes them stale, never a slow test.
+@django_stampede.cache_page(60)
+async def async_page(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(await arender())
+
+
+@cache_page(60)  # Django's own, on an async view: the cache's sync API on the event loop
+async def stock_async_page(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(await arender())
+
+
+@django_stampede.cache_page(60)
+def sync_page(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(f"render {expensive()}")
+
+
+async def ping(request: HttpRequest) -> HttpResponse:
+    """Not cached: answered at once unless the server is stuck."""
+    return HttpResponse("pong")
+
+
+async def state(request: HttpRequest) -> HttpResponse:
+    """Not cached: the number of renders so far; ``?gate=close`` or ``?gate=open``
+    first, for a test that runs this project in a server process of its own."""
+    if request.GET.get("gate") == "close":
+        gate.clear()
+    elif request.GET.get("gate") == "open":
+        gate.set()
+    return HttpResponse(str(renders.value))
