@@ -10,6 +10,7 @@ own time. Sync views get Django's decorator itself.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from functools import wraps
@@ -22,13 +23,17 @@ from django.middleware.cache import CacheMiddleware
 from django.utils.cache import (
     _generate_cache_header_key,
     _generate_cache_key,
-    cc_delim_re,
     get_max_age,
     has_vary_header,
     patch_response_headers,
     patch_vary_headers,
 )
 from django.utils.http import parse_http_date_safe
+
+try:
+    from django.utils.http import split_header_value as _split_header_value
+except ImportError:  # Django 5.2
+    _split_header_value = None
 from django.views.decorators.cache import cache_page as django_cache_page
 
 __all__ = ["cache_page"]
@@ -155,12 +160,19 @@ async def _alearn_cache_key(
     return cast(str, _generate_cache_key(request, request.method, headerlist, key_prefix))
 
 
+def _vary_names(value: str) -> list[str]:
+    """The header names in a ``Vary`` value, split as the running Django splits them."""
+    if _split_header_value is not None:  # Django 6
+        return list(_split_header_value(value))
+    return re.split(r"\s*,\s*", value)  # Django 5.2's cc_delim_re
+
+
 def _vary_headerlist(response: Any) -> list[str]:
     """The ``request.META`` names of the headers in the response's ``Vary``, sorted."""
     if not response.has_header("Vary"):
         return []
     names = []
-    for header in cc_delim_re.split(response.headers["Vary"]):
+    for header in _vary_names(response.headers["Vary"]):
         name = header.upper().replace("-", "_")
         # With i18n the language is in the key already: varying on the raw
         # header too would store one copy of the page per browser.
