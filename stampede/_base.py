@@ -390,6 +390,40 @@ class StampedeBase:
                 found[key] = entry.value
         return found
 
+    def _queue_scripts(
+        self, pipe: Any, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool
+    ) -> None:
+        """Queue ``script`` once per call on ``pipe``: EVALSHA, or EVAL with ``by_source``.
+
+        EVAL is for calls that got NOSCRIPT: the scripts were flushed (SCRIPT
+        FLUSH, a restart, a failover) between redis-py's SCRIPT LOAD and the
+        EVALSHAs, and could be again; a script sent whole cannot be missing.
+        """
+        registered = self._scripts[script]
+        if not by_source:
+            pipe.scripts.add(registered)  # what redis-py's SCRIPT LOAD before EVALSHA works from
+        for names, args in calls:
+            # Queuing is synchronous on redis-py's sync and asyncio pipelines alike.
+            if by_source:
+                pipe.eval(registered.script, len(names.script_keys), *names.script_keys, *args)
+            else:
+                pipe.evalsha(registered.sha, len(names.script_keys), *names.script_keys, *args)
+
+    @staticmethod
+    def _unscripted(results: list[Any]) -> list[int]:
+        """The positions of pipelined calls that got NOSCRIPT, so never ran."""
+        return [i for i, result in enumerate(results) if isinstance(result, redis.exceptions.NoScriptError)]
+
+    @staticmethod
+    def _pipeline_results(results: list[Any], again: list[int], retried: list[Any]) -> list[Any]:
+        """``results`` with the calls run again put back; raises the first error."""
+        for i, result in zip(again, retried, strict=True):
+            results[i] = result
+        for result in results:
+            if isinstance(result, Exception):
+                raise result
+        return results
+
     def _lease_for(self, keys: Keys, options: Options, flow: Flow, paused: Paused) -> Read:
         if paused.token is None:  # no lease to hand out (fail-open, or gave up waiting)
             return Read(False)

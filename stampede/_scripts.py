@@ -26,6 +26,12 @@ local function server_now()
   local t = redis.call('TIME')
   return tonumber(t[1]) + tonumber(t[2]) / 1000000
 end
+-- As text that reads back as the very same double (tostring keeps only 14
+-- digits: 0.1 ms, enough for a write just after a lease was won to look
+-- older than the lease).
+local function server_now_text()
+  return string.format('%.17g', server_now())
+end
 """
 
 # Reads the value, tolerating a key of another type (foreign data: a miss).
@@ -61,7 +67,7 @@ local function same_value(current, data)
 end
 -- Marks the key deleted or invalidated now, for lapsed commits to see.
 local function fence(fence_ms)
-  redis.call('SET', KEYS[4], tostring(server_now()), 'PX', fence_ms)
+  redis.call('SET', KEYS[4], server_now_text(), 'PX', fence_ms)
 end
 """
 )
@@ -77,7 +83,7 @@ ACQUIRE = (
     + """
 local held = redis.call('GET', KEYS[2])
 if held == ARGV[1] or redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, read_value(), tostring(server_now())}
+  return {1, read_value(), server_now_text()}
 end
 return {0, redis.call('PTTL', KEYS[2])}
 """

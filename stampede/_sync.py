@@ -11,7 +11,6 @@ from typing import Any, TypeVar, cast
 
 import redis
 import redis.exceptions
-from redis.exceptions import NoScriptError
 
 from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, StampedeBase, on_event_loop_thread
 from ._cached import CachedFunction, key_builder
@@ -639,24 +638,14 @@ class Stampede(StampedeBase):
 
     def _pipelined_once(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         with self._redis_errors("", f"{script} several keys"):
-            results = self._pipeline(script, calls)
-            # NOSCRIPT: the scripts were flushed (SCRIPT FLUSH, a restart, a
-            # failover) between redis-py's SCRIPT LOAD and the EVALSHAs. Those
-            # calls never ran: run them again, which loads the scripts anew.
-            again = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-            if again:
-                retried = self._pipeline(script, [calls[i] for i in again])
-                for i, result in zip(again, retried, strict=True):
-                    results[i] = result
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
-            return results
+            results = self._pipeline(script, calls, by_source=False)
+            again = self._unscripted(results)
+            retried = self._pipeline(script, [calls[i] for i in again], by_source=True) if again else []
+            return self._pipeline_results(results, again, retried)
 
-    def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
+    def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
-        for names, args in calls:
-            self._scripts[script](keys=names.script_keys, args=args, client=pipe)
+        self._queue_scripts(pipe, script, calls, by_source=by_source)
         return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     def delete_prefix(self, prefix: str) -> int:

@@ -19,7 +19,6 @@ from typing import Any, TypeVar, cast
 
 import redis.asyncio
 import redis.exceptions
-from redis.exceptions import NoScriptError
 
 from ._asubscriber import async_subscriber_for
 from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, StampedeBase
@@ -582,23 +581,16 @@ class Stampede(StampedeBase):
 
     async def _pipelined_once(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         with self._redis_errors("", f"{script} several keys"):
-            results = await self._pipeline(script, calls)
-            # See stampede.Stampede._pipelined_once: NOSCRIPT calls never ran.
-            again = [i for i, result in enumerate(results) if isinstance(result, NoScriptError)]
-            if again:
-                retried = await self._pipeline(script, [calls[i] for i in again])
-                for i, result in zip(again, retried, strict=True):
-                    results[i] = result
-            for result in results:
-                if isinstance(result, Exception):
-                    raise result
-            return results
+            results = await self._pipeline(script, calls, by_source=False)
+            again = self._unscripted(results)
+            retried = await self._pipeline(script, [calls[i] for i in again], by_source=True) if again else []
+            return self._pipeline_results(results, again, retried)
 
-    async def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
+    async def _pipeline(
+        self, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool
+    ) -> list[Any]:
         pipe = self._client.pipeline(transaction=False)
-        for names, args in calls:
-            names_of = names.script_keys
-            await self._scripts[script](keys=names_of, args=args, client=pipe)
+        self._queue_scripts(pipe, script, calls, by_source=by_source)
         return await pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     async def delete_prefix(self, prefix: str) -> int:
