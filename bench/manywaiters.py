@@ -24,10 +24,9 @@ from pathlib import Path
 
 import redis
 
-from stampede.testing import RedisServer
+from stampede.testing import ConnectionPeak, RedisServer
 
 from ._appserver import app_server, errors_in_log
-from ._connpeak import ConnectionPeak
 from ._crowd import Outcome, in_threads
 from ._http import connector, getter
 from ._manycore import RUNNERS

@@ -94,7 +94,8 @@ return {0, redis.call('PTTL', KEYS[2])}
 # -> 1 written (now or by an earlier run of this same call), 0 rejected.
 # With won_at (the server time the lease was won), a lease that lapsed with
 # nobody else holding one still writes, unless since won_at a value was
-# written, or the key deleted or invalidated, or lapse_ms have passed.
+# written, or the key deleted or invalidated, or the server (re)started, or
+# lapse_ms have passed.
 COMMIT = (
     _READ_VALUE
     + _SET_VALUE
@@ -107,7 +108,15 @@ else
   if same_value(current, ARGV[2]) then return 1 end
   if ARGV[5] == '' or held then return 0 end
   local won_at = tonumber(ARGV[5])
-  if server_now() - won_at > tonumber(ARGV[7]) / 1000 then return 0 end
+  local now = server_now()
+  if now - won_at > tonumber(ARGV[7]) / 1000 then return 0 end
+  -- A server started since the lease was won (a restart without persistence
+  -- forgets fences) cannot vouch that nothing was deleted meanwhile. Uptime
+  -- is in whole seconds: a second's margin, on the side of rejecting.
+  local info = redis.pcall('INFO', 'server')
+  if type(info) ~= 'string' then return 0 end
+  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
+  if not uptime or now - uptime + 1 > won_at then return 0 end
   if current and string.sub(current, 1, string.len(ARGV[6])) == ARGV[6] and string.len(current) >= 24 then
     if struct.unpack('<d', string.sub(current, 13, 20)) >= won_at then return 0 end
   end

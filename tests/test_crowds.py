@@ -9,6 +9,7 @@ number of waiters. Then the fencing bugs, each reproduced on real Redis.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from typing import Any
@@ -20,35 +21,12 @@ import redis.asyncio
 import stampede
 import stampede.asyncio
 from stampede._keys import KeySpace
+from stampede.testing import ConnectionPeak
 from tests.helpers import Rebuilds, run_threads
 
 pytestmark = pytest.mark.slow
 
 CROWD = 400
-
-
-class ConnectionPeak:
-    """The most client connections the server saw, minus this probe's own, while running."""
-
-    def __init__(self, url: str) -> None:
-        self._probe = redis.Redis.from_url(url)
-        self._stop = threading.Event()
-        self.peak = 0
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            self.peak = max(self.peak, int(self._probe.info("clients")["connected_clients"]) - 1)
-            time.sleep(0.005)
-
-    def __enter__(self) -> ConnectionPeak:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-        self._probe.close()
 
 
 @pytest.fixture
@@ -191,6 +169,54 @@ def test_an_evicted_lease_does_not_throw_the_rebuild_away(sf: stampede.Stampede,
     entry = sf.get("evicted")
     assert entry is not None
     assert entry.value == "rebuilt"
+
+
+def test_a_rebuild_across_a_restart_cannot_store_what_it_read_before_a_delete(server: Any) -> None:
+    # The delete's fence was lost with the restart (no persistence): the
+    # server's uptime is what tells the lapsed commit it cannot vouch.
+    client = redis.Redis.from_url(server.url, socket_timeout=5)
+    sf = stampede.Stampede(client, namespace="restarted")
+    read = sf.read("k")
+    assert read.lease is not None
+    sf.delete("k")  # the data changed while the holder rebuilt from the old
+    server.stop()
+    server.start()
+    assert sf.commit(read.lease, "rendered from old data", store_if_lapsed=True) is False
+    assert sf.get("k") is None
+    sf.close()
+    client.close()
+
+
+def test_flushall_under_a_crowd_leaves_no_one_waiting_and_fencing_working(own_url: str) -> None:
+    # Two processes' worth of callers (two instances: each one's followers
+    # share its flight; the other's leader waits on Redis). FLUSHALL drops
+    # the lease it waits on without a word: the waiter must find that out,
+    # and rebuild, rather than wait for a message that never comes.
+    clients = [redis.Redis.from_url(own_url, socket_timeout=5) for _ in range(2)]
+    instances = [stampede.Stampede(client, namespace="flushall") for client in clients]
+    turns = itertools.count()
+    rebuilds = Rebuilds(delay=0.3)
+    flushed = threading.Event()
+
+    def rebuild() -> str:
+        value = rebuilds()
+        if not flushed.is_set():
+            flushed.set()
+            instances[0].client.flushall()
+        return str(value)
+
+    results = run_threads(50, lambda: instances[next(turns) % 2].get_or_rebuild("flushed", rebuild))
+    assert all(isinstance(result, str) for result in results), results
+    assert 1 <= rebuilds.count <= 3
+    # After the flush the fencing works as before.
+    sf = instances[1]
+    read = sf.read("after")
+    assert read.lease is not None
+    sf.delete("after")
+    assert sf.commit(read.lease, "old", store_if_lapsed=True) is False
+    for instance in instances:
+        instance.close()
+        instance.client.close()
 
 
 def test_a_host_whose_clock_is_ahead_cannot_overwrite_a_newer_set(
