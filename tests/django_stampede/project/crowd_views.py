@@ -1,0 +1,40 @@
+"""The Django side of the crowd tests (``tests/django_stampede/test_crowd_wsgi.py``):
+the ``ROOT_URLCONF`` of the project ``tests.wsgi_server`` serves, each view
+caching one slow page the documented way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from django.core.cache import cache
+from django.http import HttpRequest, HttpResponse
+from django.urls import path
+from django.views.decorators.cache import cache_page
+
+from tests.wsgi_server import render
+
+View = Callable[..., Any]
+#: Django's own ``cache_page``, typed (Django ships no type information).
+cached_page: Callable[[View], View] = cache_page(60)
+
+
+@cached_page
+def page(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(render())
+
+
+def get_or_set(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(cache.get_or_set("crowd-part", render, 60))
+
+
+def ping(request: HttpRequest) -> HttpResponse:
+    """Not cached: answers once the server is up."""
+    return HttpResponse("pong")
+
+
+urlpatterns = [
+    path("page", page),
+    path("get-or-set", get_or_set),
+    path("ping", ping),
+]

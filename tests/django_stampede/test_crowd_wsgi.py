@@ -1,0 +1,72 @@
+"""A crowd at one cold page of one Django process under a real WSGI server.
+
+N requests at once, through waitress with N threads, for a page that takes
+half a second to render: one render, every request answered with it, and
+the Redis connections of the server process not growing with N. redis-py's
+pools hold at most 100 connections and raise at once when empty, so at
+N = 400 a design in which each waiting request held a connection fails.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stampede.testing import ConnectionPeak, RedisServer
+from tests.wsgi_server import WsgiServer
+
+pytestmark = pytest.mark.slow
+
+#: Redis connections the server process may open for a whole crowd: a few
+#: for the first reads, the leader's commands and the subscriber; not one
+#: per waiting request (50 or 100 and more here).
+MOST_CONNECTIONS = 10
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any], int], WsgiServer]]:
+    """Starts the test project under waitress with ``CACHES`` and a number of
+    threads; stopped after the test, whatever happens."""
+    with ExitStack() as running:
+
+        def start(caches: dict[str, Any], threads: int) -> WsgiServer:
+            return running.enter_context(WsgiServer("django", caches, threads=threads, workdir=tmp_path))
+
+        yield start
+
+
+@pytest.mark.parametrize("n", [50, 400])
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param("/page", id="cache_page"),  # Django's own decorator, a sync view
+        pytest.param("/get-or-set", id="get_or_set"),  # cache.get_or_set(key, render, 60) in a sync view
+    ],
+)
+def test_a_crowd_at_a_cold_page_gets_one_render(
+    serve: Callable[[dict[str, Any], int], WsgiServer], server: RedisServer, namespace: str, path: str, n: int
+) -> None:
+    # The test's own redis-server: its connections are this server process's alone.
+    caches = {
+        "default": {
+            "BACKEND": "django_stampede.StampedeCache",
+            "LOCATION": server.url,
+            "OPTIONS": {"NAMESPACE": namespace},
+        }
+    }
+    app = serve(caches, n)
+    with ConnectionPeak(server.url) as connections:
+        answers = app.crowd(path, n)
+    failed = Counter(f"{status}: {body[:200]}" for status, body in answers if status != 200)
+    assert not failed, f"{failed}\n{app.output()}"
+    bodies = Counter(body for _, body in answers)
+    assert len(bodies) == 1, bodies
+    assert app.renders() == 1
+    assert "Traceback" not in app.output(), app.output()
+    assert connections.error is None
+    assert connections.peak <= MOST_CONNECTIONS

@@ -1,0 +1,85 @@
+"""A crowd at one cold page of one Flask process under a real WSGI server.
+
+N requests at once, through waitress with N threads, for a page that takes
+half a second to render, cached by ``flask_stampede``'s own decorator or by
+Flask-Caching's on ``flask_stampede``'s backend: one render, every request
+answered with it, and the Redis connections of the server process not
+growing with N (redis-py's pools hold at most 100 and raise at once when
+empty: at N = 400, a connection per waiting request fails).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stampede.testing import ConnectionPeak, RedisServer
+from tests.wsgi_server import WsgiServer
+
+pytestmark = pytest.mark.slow
+
+#: Redis connections the server process may open for a whole crowd: a few
+#: for the first reads, the leader's commands and the subscriber; not one
+#: per waiting request (50 or 100 and more here).
+MOST_CONNECTIONS = 10
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any], int], WsgiServer]]:
+    """Starts a crowd app (``tests/flask_stampede/crowd_app.py``) under waitress
+    with a config and a number of threads; stopped after the test, whatever happens."""
+    with ExitStack() as running:
+
+        def start(config: dict[str, Any], threads: int) -> WsgiServer:
+            return running.enter_context(WsgiServer("flask", config, threads=threads, workdir=tmp_path))
+
+        yield start
+
+
+def stampede_config(url: str, namespace: str) -> dict[str, Any]:
+    """``@stampede.cached(ttl=60)`` from ``flask_stampede.Stampede(app)``."""
+    return {"CROWD_ENTRY": "stampede", "STAMPEDE_REDIS_URL": url, "STAMPEDE_NAMESPACE": namespace}
+
+
+def flask_caching_config(url: str, namespace: str) -> dict[str, Any]:
+    """Flask-Caching's ``@cache.cached(timeout=60)`` on stampede's backend."""
+    return {
+        "CROWD_ENTRY": "flask-caching",
+        "CACHE_TYPE": "flask_stampede.StampedeCache",
+        "CACHE_REDIS_URL": url,
+        "CACHE_OPTIONS": {"namespace": namespace},
+    }
+
+
+@pytest.mark.parametrize("n", [50, 400])
+@pytest.mark.parametrize(
+    "configure",
+    [
+        pytest.param(stampede_config, id="stampede.cached"),
+        pytest.param(flask_caching_config, id="flask_caching"),
+    ],
+)
+def test_a_crowd_at_a_cold_page_gets_one_render(
+    serve: Callable[[dict[str, Any], int], WsgiServer],
+    server: RedisServer,
+    namespace: str,
+    configure: Callable[[str, str], dict[str, Any]],
+    n: int,
+) -> None:
+    # The test's own redis-server: its connections are this server process's alone.
+    app = serve(configure(server.url, namespace), n)
+    with ConnectionPeak(server.url) as connections:
+        answers = app.crowd("/page", n)
+    failed = Counter(f"{status}: {body[:200]}" for status, body in answers if status != 200)
+    assert not failed, f"{failed}\n{app.output()}"
+    bodies = Counter(body for _, body in answers)
+    assert len(bodies) == 1, bodies
+    assert app.renders() == 1
+    assert "Traceback" not in app.output(), app.output()
+    assert connections.error is None
+    assert connections.peak <= MOST_CONNECTIONS
