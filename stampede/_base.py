@@ -17,7 +17,8 @@ from . import _scripts
 from ._envelope import FRESH_UNTIL_OFFSET, HEADER, INT_CODEC, MAGIC, CorruptEntryError, Entry, decode, encode
 from ._events import Event, EventHook, EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError, SerializationError, WaitTimeoutError
-from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Release
+from ._flights import Flights
+from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release
 from ._keys import Keys, KeySpace
 from ._options import Options
 from ._serializers import PickleSerializer, Serializer
@@ -32,6 +33,10 @@ __all__ = [
     "SystemClock",
     "on_event_loop_thread",
 ]
+
+
+#: The scripts that change a value (the others take, renew or free leases, or read).
+_WRITES = frozenset({"add", "commit", "incr", "invalidate", "touch", "write"})
 
 
 class _Unset:
@@ -180,6 +185,7 @@ class StampedeBase:
         self._clock: Clock = clock if clock is not None else SystemClock()
         # Replaced after every write: reads sent before it are not shared after it.
         self._epoch = object()
+        self._flights: Flights[Any]  # each driver's, with its own kind of event
 
     def _reader(self) -> Any:
         replicas = self._replicas
@@ -390,6 +396,16 @@ class StampedeBase:
                 found[key] = entry.value
         return found
 
+    def _wrote(self, script: str, *written: Keys) -> None:
+        """After ``script`` ran on ``written``: reads sent before it are not
+        shared after it, nor are the outcomes of flights of those keys that
+        were under way (see ``Flight.overtaken``)."""
+        self._epoch = object()
+        if script in _WRITES:
+            for keys in written:
+                value = keys.value
+                self._flights.overtake(value, (value, "read"), (value, "after-wait"))
+
     def _queue_scripts(
         self, pipe: Any, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool
     ) -> None:
@@ -466,5 +482,7 @@ class StampedeBase:
                 )
             return Acquired(False, lease_pttl=int(reply[1]))
         if isinstance(op, Commit):
-            return bool(reply)
+            if isinstance(reply, list):
+                return Refused(reply[1] if len(reply) > 1 else None)
+            return True
         return None

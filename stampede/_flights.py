@@ -26,13 +26,20 @@ E = TypeVar("E", bound=_Settable)
 class Flight(Generic[E]):
     """One leader's work on one key, and its outcome once ``done`` is set."""
 
-    __slots__ = ("_traceback", "done", "error", "followers", "value")
+    __slots__ = ("_traceback", "done", "error", "followers", "overtaken", "superseded", "value")
 
     def __init__(self, done: E) -> None:
         self.done = done
         self.followers = 0  # callers that joined it rather than go to Redis
         self.value: Any = None
         self.error: BaseException | None = None
+        #: The leader's value lost to a newer write: a follower, which may
+        #: have been served that newer value already, must read again.
+        self.superseded = False
+        #: This process wrote the key while the flight was under way: what
+        #: the leader read may be older than that write, so callers that
+        #: join from then on read again rather than take its outcome.
+        self.overtaken = False
         self._traceback: TracebackType | None = None
 
     @property
@@ -75,6 +82,8 @@ class Flights(Generic[E]):
         flight: Flight[E],
         value: Any = None,
         error: BaseException | None = None,
+        *,
+        superseded: bool = False,
     ) -> None:
         """Record the leader's outcome and wake the followers."""
         with self._lock:
@@ -82,8 +91,17 @@ class Flights(Generic[E]):
                 del self._flights[key]
         flight.value = value
         flight.error = error
+        flight.superseded = superseded
         flight._traceback = error.__traceback__ if error is not None else None
         flight.done.set()
+
+    def overtake(self, *keys: Hashable) -> None:
+        """This process wrote to the flights of ``keys``, if any are under way."""
+        with self._lock:
+            for key in keys:
+                flight = self._flights.get(key)
+                if flight is not None:
+                    flight.overtaken = True
 
     def followers(self) -> int:
         """How many callers are following a flight now (for tests and metrics)."""

@@ -36,6 +36,7 @@ __all__ = [
     "Op",
     "Rebuild",
     "Rebuilt",
+    "Refused",
     "Release",
     "Sleep",
     "Wait",
@@ -111,7 +112,7 @@ class Rebuilt:
 @dataclass(frozen=True, slots=True)
 class Commit:
     """Write ``data`` if ``token`` still holds the lease, release the lease
-    and wake waiters. Result: whether it was written.
+    and wake waiters. Result: ``True`` if it was written, else :class:`Refused`.
 
     ``won_at``: the server's clock when the lease was won; with it, also
     write if the lease lapsed with nobody else holding one and nothing was
@@ -121,6 +122,13 @@ class Commit:
     token: str
     data: bytes
     won_at: str | None = None
+
+
+class Refused(NamedTuple):
+    """What a :class:`Commit` that was not written gives: the value key's raw
+    bytes, if any, which a newer write left there instead."""
+
+    current: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +167,7 @@ class Waited(NamedTuple):
 
 
 #: What the release of a lease without a value announces on the channel.
+#: A commit announces ``1``; a delete, which cancels the lease, ``2``.
 RELEASED = b"0"
 
 
@@ -256,6 +265,9 @@ class Flow:
         self.deadline = deadline
         self.committed = False  # set by settle(): whether a rebuilt value was stored
         self.won_at: str | None = None  # the server's clock when this flow won its lease
+        # Its rebuild lost to a newer write (the commit was refused): its value
+        # is for its own caller only, who asked before that write.
+        self.superseded = False
 
     def run(self, lookup: Lookup) -> Generator[Op, Any, Any]:
         """Serve, refresh or rebuild the key; returns the value or raises."""
@@ -441,7 +453,7 @@ class Flow:
             yield Release(token)
             return None, exc
         try:
-            self.committed = yield from self._commit(Commit(token, data, won_at))
+            outcome = yield from self._commit(Commit(token, data, won_at))
         except RedisUnavailableError as exc:
             # It could not be stored. Handing the caller a value Redis does
             # not have would let it be served an older one next: serve what
@@ -456,12 +468,20 @@ class Flow:
                 logger.warning("could not store the rebuilt %r (%s); serving it (fail_open)", name, exc)
                 return rebuilt.value, None
             return None, exc
+        self.committed = outcome is True
         if not self.committed:
             logger.info("rebuilt %r but its lease had passed on; the newer value stays", name)
             self.emit(EventKind.COMMIT_REJECTED)
+            self.superseded = True
+            # A newer write refused it. Serve what that write left, even a
+            # stale value (after an invalidate): handed this unstored value,
+            # the caller would next be served that older one.
+            newer = self.decode(outcome.current) if isinstance(outcome, Refused) else None
+            if newer is not None:
+                return newer.value, None
         return rebuilt.value, None
 
-    def _commit(self, commit: Commit) -> Generator[Op, Any, bool]:
+    def _commit(self, commit: Commit) -> Generator[Op, Any, bool | Refused]:
         # A commit is safe to repeat (the script recognises its own earlier
         # write), so a failed or unanswered one is tried again while the
         # lease would still be ours.
@@ -470,7 +490,7 @@ class Flow:
         delay = 0.05
         while True:
             try:
-                committed: bool = yield commit
+                committed: bool | Refused = yield commit
             except RedisUnavailableError:
                 if clock.monotonic() + delay >= give_up_at:
                     raise

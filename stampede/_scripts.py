@@ -91,7 +91,8 @@ return {0, redis.call('PTTL', KEYS[2])}
 
 # The fenced write. ARGV: token, envelope, expire_ms ('0' = never), channel,
 # won_at ('' = strict), magic, lapse_ms.
-# -> 1 written (now or by an earlier run of this same call), 0 rejected.
+# -> 1 written (now or by an earlier run of this same call); {0, value-or-nil}
+# rejected, with what the key holds instead (what the caller is served).
 # With won_at (the server time the lease was won), a lease that lapsed with
 # nobody else holding one still writes, unless since won_at a value was
 # written, or the key deleted or invalidated, or the server (re)started, or
@@ -106,22 +107,23 @@ if held == ARGV[1] then
 else
   local current = read_value()
   if same_value(current, ARGV[2]) then return 1 end
-  if ARGV[5] == '' or held then return 0 end
+  local refused = {0, current}
+  if ARGV[5] == '' or held then return refused end
   local won_at = tonumber(ARGV[5])
   local now = server_now()
-  if now - won_at > tonumber(ARGV[7]) / 1000 then return 0 end
+  if now - won_at > tonumber(ARGV[7]) / 1000 then return refused end
   -- A server started since the lease was won (a restart without persistence
   -- forgets fences) cannot vouch that nothing was deleted meanwhile. Uptime
   -- is in whole seconds: a second's margin, on the side of rejecting.
   local info = redis.pcall('INFO', 'server')
-  if type(info) ~= 'string' then return 0 end
+  if type(info) ~= 'string' then return refused end
   local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  if not uptime or now - uptime + 1 > won_at then return 0 end
+  if not uptime or now - uptime + 1 > won_at then return refused end
   if current and string.sub(current, 1, string.len(ARGV[6])) == ARGV[6] and string.len(current) >= 24 then
-    if struct.unpack('<d', string.sub(current, 13, 20)) >= won_at then return 0 end
+    if struct.unpack('<d', string.sub(current, 13, 20)) >= won_at then return refused end
   end
   local fenced = redis.call('GET', KEYS[4])
-  if fenced and tonumber(fenced) >= won_at then return 0 end
+  if fenced and tonumber(fenced) >= won_at then return refused end
 end
 set_value(ARGV[2], ARGV[3])
 redis.call('PUBLISH', ARGV[4], '1')
@@ -172,7 +174,9 @@ redis.call('DEL', KEYS[2])
 if ARGV[1] == '' then
   local deleted = redis.call('DEL', KEYS[1])
   fence(ARGV[4])
-  redis.call('PUBLISH', ARGV[3], '0')
+  -- '2', not '0': the lease was cancelled, not given up, so the waiters
+  -- compete for a new one rather than each rebuild alone.
+  redis.call('PUBLISH', ARGV[3], '2')
   return deleted
 end
 set_value(ARGV[1], ARGV[2])

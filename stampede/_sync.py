@@ -20,6 +20,7 @@ from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._flights import Flight, Flights
 from ._flow import (
     RELEASE_GRACE,
+    Flow,
     Lookup,
     Op,
     Rebuild,
@@ -229,6 +230,7 @@ class Stampede(StampedeBase):
             flight, leader = self._flights.join(keys.value)
             if leader:
                 break
+            late = flight.overtaken  # joined after a write of this process: read again after it
             if lookup.entry is not None:
                 return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
             if on_event_loop_thread():
@@ -237,13 +239,18 @@ class Stampede(StampedeBase):
                 )
             if not flight.done.wait(options.wait_timeout):
                 return self._after_wait_timeout(keys, options, rebuild)
-            if not flight.abandoned:
+            if flight.superseded or late:
+                again = self._first_read(keys, options)  # what the newer write left
+                if isinstance(again, Entry):
+                    return cast(T, again.value)
+                lookup = again
+            elif not flight.abandoned:
                 return flight.outcome()  # type: ignore[no-any-return]
         if options.background and lookup.entry is not None:
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
         flow = self._flow(keys, options, can_wait=not on_event_loop_thread())
-        return self._lead(keys.value, flight, flow.run(lookup), keys, options, rebuild)
+        return self._lead(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
 
     def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Callable[[], T]) -> T:
         # Callers that gave up on this process's own flight share one
@@ -256,24 +263,25 @@ class Stampede(StampedeBase):
             flight.done.wait()  # bounded as a rebuild of its own would be
             if not flight.abandoned:
                 return flight.outcome()  # type: ignore[no-any-return]
-        flow = self._flow(keys, options).after_wait_timeout()
-        return self._lead(fallback_key, flight, flow, keys, options, rebuild)
+        flow = self._flow(keys, options)
+        return self._lead(fallback_key, flight, flow, flow.after_wait_timeout(), keys, options, rebuild)
 
     def _lead(
         self,
         flight_key: Hashable,
         flight: Flight[threading.Event],
-        flow: Generator[Op, Any, Any],
+        flow: Flow,
+        steps: Generator[Op, Any, Any],
         keys: Keys,
         options: Options,
         rebuild: Callable[[], T],
     ) -> T:
         try:
-            value = self._drive(flow, keys, options, rebuild)
+            value = self._drive(steps, keys, options, rebuild)
         except BaseException as exc:
             self._flights.finish(flight_key, flight, error=exc)
             raise
-        self._flights.finish(flight_key, flight, value=value)
+        self._flights.finish(flight_key, flight, value=value, superseded=flow.superseded)
         return value  # type: ignore[no-any-return]
 
     def _refresh_in_background(
@@ -285,15 +293,14 @@ class Stampede(StampedeBase):
         flight: Flight[threading.Event],
     ) -> None:
         def refresh() -> None:
+            flow = self._flow(keys, options, background=True)
             try:
-                value = self._drive(
-                    self._flow(keys, options, background=True).run(lookup), keys, options, rebuild
-                )
+                value = self._drive(flow.run(lookup), keys, options, rebuild)
             except BaseException as exc:
                 logger.warning("background refresh of %r failed", keys.name, exc_info=exc)
                 self._flights.finish(keys.value, flight, error=exc)
             else:
-                self._flights.finish(keys.value, flight, value=value)
+                self._flights.finish(keys.value, flight, value=value, superseded=flow.superseded)
 
         try:
             self._background_executor().submit(refresh)
@@ -381,7 +388,7 @@ class Stampede(StampedeBase):
             with self._redis_errors(keys.name, name):
                 return self._scripts[name](keys=keys.script_keys, args=args)
         finally:
-            self._epoch = object()  # reads sent before this write are not shared after it
+            self._wrote(name, keys)
 
     def _rebuild(
         self, token: str | None, keys: Keys, options: Options, rebuild: Callable[[], Any]
@@ -509,6 +516,7 @@ class Stampede(StampedeBase):
             flight, leader = self._flights.join(flight_key)
             if leader:
                 break
+            late = flight.overtaken  # joined after a write of this process: its outcome may be older
             if lookup.entry is not None:
                 return Read(True, self._serve_follower(keys, lookup.entry))
             if not can_wait:
@@ -517,7 +525,7 @@ class Stampede(StampedeBase):
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0 or not flight.done.wait(remaining):
                 return self._read_timed_out(keys, options)
-            if flight.abandoned:
+            if flight.abandoned or late:
                 continue
             shared = flight.outcome()
             if shared is not LEASE_TAKEN:
@@ -634,7 +642,7 @@ class Stampede(StampedeBase):
         try:
             return self._pipelined_once(script, calls)
         finally:
-            self._epoch = object()
+            self._wrote(script, *(names for names, _ in calls))
 
     def _pipelined_once(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         with self._redis_errors("", f"{script} several keys"):

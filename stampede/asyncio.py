@@ -30,6 +30,7 @@ from ._flights import Flight, Flights
 from ._flow import (
     RELEASE_GRACE,
     Commit,
+    Flow,
     Lookup,
     Op,
     Rebuild,
@@ -166,20 +167,25 @@ class Stampede(StampedeBase):
             flight, leader = self._flights.join(keys.value)
             if leader:
                 break
+            late = flight.overtaken  # joined after a write of this process: read again after it
             if lookup.entry is not None:
                 return self._serve_follower(keys, lookup.entry)
             try:
                 await asyncio.wait_for(flight.done.wait(), options.wait_timeout)
             except asyncio.TimeoutError:
                 return await self._after_wait_timeout(keys, options, rebuild)
-            if not flight.abandoned:
+            if flight.superseded or late:
+                again = await self._first_read(keys, options)  # what the newer write left
+                if isinstance(again, Entry):
+                    return again.value
+                lookup = again
+            elif not flight.abandoned:
                 return flight.outcome()
         if options.background and lookup.entry is not None:
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._serve_follower(keys, lookup.entry)
-        return await self._lead(
-            keys.value, flight, self._flow(keys, options).run(lookup), keys, options, rebuild
-        )
+        flow = self._flow(keys, options)
+        return await self._lead(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
 
     async def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Rebuilder[Any]) -> Any:
         # Tasks that gave up on this process's own flight share one fallback,
@@ -192,24 +198,25 @@ class Stampede(StampedeBase):
             await flight.done.wait()  # bounded as a rebuild of its own would be
             if not flight.abandoned:
                 return flight.outcome()
-        flow = self._flow(keys, options).after_wait_timeout()
-        return await self._lead(fallback_key, flight, flow, keys, options, rebuild)
+        flow = self._flow(keys, options)
+        return await self._lead(fallback_key, flight, flow, flow.after_wait_timeout(), keys, options, rebuild)
 
     async def _lead(
         self,
         flight_key: Hashable,
         flight: Flight[asyncio.Event],
-        flow: Generator[Op, Any, Any],
+        flow: Flow,
+        steps: Generator[Op, Any, Any],
         keys: Keys,
         options: Options,
         rebuild: Rebuilder[Any],
     ) -> Any:
         try:
-            value = await self._drive(flow, keys, options, rebuild)
+            value = await self._drive(steps, keys, options, rebuild)
         except BaseException as exc:
             self._flights.finish(flight_key, flight, error=exc)
             raise
-        self._flights.finish(flight_key, flight, value=value)
+        self._flights.finish(flight_key, flight, value=value, superseded=flow.superseded)
         return value
 
     def _refresh_in_background(
@@ -221,17 +228,16 @@ class Stampede(StampedeBase):
         flight: Flight[asyncio.Event],
     ) -> None:
         async def refresh() -> None:
+            flow = self._flow(keys, options, background=True)
             try:
-                value = await self._drive(
-                    self._flow(keys, options, background=True).run(lookup), keys, options, rebuild
-                )
+                value = await self._drive(flow.run(lookup), keys, options, rebuild)
             except BaseException as exc:
                 logger.warning("background refresh of %r failed", keys.name, exc_info=exc)
                 self._flights.finish(keys.value, flight, error=exc)
                 if not isinstance(exc, Exception):
                     raise
             else:
-                self._flights.finish(keys.value, flight, value=value)
+                self._flights.finish(keys.value, flight, value=value, superseded=flow.superseded)
 
         self._detach(refresh(), f"stampede-refresh {keys.name}")
 
@@ -327,7 +333,7 @@ class Stampede(StampedeBase):
             with self._redis_errors(keys.name, name):
                 return await self._scripts[name](keys=keys.script_keys, args=args)
         finally:
-            self._epoch = object()  # reads sent before this write are not shared after it
+            self._wrote(name, keys)
 
     async def _renew_until_lost(self, keys: Keys, token: str, options: Options) -> bool:
         loop = asyncio.get_running_loop()
@@ -464,6 +470,7 @@ class Stampede(StampedeBase):
             flight, leader = self._flights.join(flight_key)
             if leader:
                 break
+            late = flight.overtaken  # joined after a write of this process: its outcome may be older
             if lookup.entry is not None:
                 return Read(True, self._serve_follower(keys, lookup.entry))
             remaining = deadline - self._clock.monotonic()
@@ -473,7 +480,7 @@ class Stampede(StampedeBase):
                 await asyncio.wait_for(flight.done.wait(), remaining)
             except asyncio.TimeoutError:
                 return self._read_timed_out(keys, options)
-            if flight.abandoned:
+            if flight.abandoned or late:
                 continue
             shared = flight.outcome()
             if shared is not LEASE_TAKEN:
@@ -577,7 +584,7 @@ class Stampede(StampedeBase):
         try:
             return await self._pipelined_once(script, calls)
         finally:
-            self._epoch = object()
+            self._wrote(script, *(names for names, _ in calls))
 
     async def _pipelined_once(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
         with self._redis_errors("", f"{script} several keys"):

@@ -9,6 +9,7 @@ number of waiters. Then the fencing bugs, each reproduced on real Redis.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import threading
 import time
@@ -22,7 +23,7 @@ import stampede
 import stampede.asyncio
 from stampede._keys import KeySpace
 from stampede.testing import ConnectionPeak
-from tests.helpers import Rebuilds, run_threads
+from tests.helpers import Rebuilds, run_threads, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -217,6 +218,38 @@ def test_flushall_under_a_crowd_leaves_no_one_waiting_and_fencing_working(own_ur
     for instance in instances:
         instance.close()
         instance.client.close()
+
+
+def test_a_caller_that_joins_a_rebuild_overtaken_by_a_newer_write_is_not_served_older_data(
+    redis_url: str, client: redis.Redis, namespace: str
+) -> None:
+    here = stampede.Stampede(client, namespace=namespace)  # this process
+    there = stampede.Stampede(redis.Redis.from_url(redis_url), namespace=namespace)  # another
+    data = {"version": 1}
+    release = threading.Event()
+
+    def slow() -> int:
+        version = data["version"]  # read before the writes below
+        release.wait(10)
+        return version
+
+    leader = concurrent.futures.ThreadPoolExecutor(2)
+    led = leader.submit(here.get_or_rebuild, "k", slow)
+    wait_until(lambda: len(here._flights) == 1)
+    data["version"] = 2
+    there.delete("k")  # the data changed: the rebuild in flight is void
+    assert there.get_or_rebuild("k", lambda: data["version"]) == 2
+    assert here.get_or_rebuild("k", lambda: data["version"]) == 2  # this caller now has version 2
+    data["version"] = 3
+    there.delete("k")
+    # The same caller misses and joins the rebuild still in flight here.
+    followed = leader.submit(here.get_or_rebuild, "k", lambda: data["version"])
+    wait_until(lambda: here._flights.followers() == 1)
+    release.set()
+    assert led.result(10) == 1  # its own caller asked before the writes
+    assert followed.result(10) == 3  # not 1: older than what this caller already had
+    leader.shutdown()
+    there.client.close()
 
 
 def test_a_host_whose_clock_is_ahead_cannot_overwrite_a_newer_set(
