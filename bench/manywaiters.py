@@ -145,6 +145,16 @@ ENTRY_POINTS: tuple[EntryPoint, ...] = (
         path="/apage",
     ),
     EntryPoint(
+        "django-apage-awaited",
+        "`django_stampede.cache_page`, async view, uvicorn: `StampedeCache`",
+        ("django", "uvicorn"),
+        "`@django_stampede.cache_page(60)` (Django's signature; its async branch awaits `aget` and "
+        "`aset`) on the same async view; `StampedeCache` as above; uvicorn.",
+        app="django",
+        server="uvicorn",
+        path="/apage-awaited",
+    ),
+    EntryPoint(
         "flask-caching",
         "Flask-Caching `@cache.cached`, waitress: `flask_stampede.StampedeCache`",
         _FLASK,

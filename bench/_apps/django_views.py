@@ -2,6 +2,7 @@
 
 - ``/page``: a sync view under ``cache_page``, served by a WSGI server.
 - ``/apage``: an async view under ``cache_page``, served by an ASGI server.
+- ``/apage-awaited``: the same under ``django_stampede.cache_page``, which awaits the cache.
 - ``/aget-or-set``: an async view that caches its slow part with ``await cache.aget_or_set(key,
   coroutine_function, timeout)``.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import django_stampede
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
@@ -24,6 +26,7 @@ RENDERS = RenderLog.from_env()
 View = Callable[..., Any]
 #: ``cache_page(TTL)``, typed: Django ships no type information.
 cached_page: Callable[[View], View] = cache_page(TTL)
+awaited_page: Callable[[View], View] = django_stampede.cache_page(TTL)
 
 
 def ready(request: HttpRequest) -> HttpResponse:
@@ -40,6 +43,11 @@ async def apage(request: HttpRequest) -> HttpResponse:
     return HttpResponse(await RENDERS.arender())
 
 
+@awaited_page
+async def apage_awaited(request: HttpRequest) -> HttpResponse:
+    return HttpResponse(await RENDERS.arender())
+
+
 async def build_part() -> bytes:
     """The slow part of :func:`aget_or_set`, as the coroutine function it hands the cache."""
     return await RENDERS.arender()
@@ -53,5 +61,6 @@ urlpatterns = [
     path("ready", ready),
     path("page", page),
     path("apage", apage),
+    path("apage-awaited", apage_awaited),
     path("aget-or-set", aget_or_set),
 ]
