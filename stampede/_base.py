@@ -183,6 +183,7 @@ class StampedeBase:
         self.serializer = serializer
         self._on_event = on_event
         self._clock: Clock = clock if clock is not None else SystemClock()
+        self._now = self._clock.time  # bound once: it is on every hit
         # Replaced after every write: reads sent before it are not shared after it.
         self._epoch = object()
         self._flights: Flights[Any]  # each driver's, with its own kind of event
@@ -224,20 +225,30 @@ class StampedeBase:
         values = (ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
         if values == _ALL_UNSET:
             return self.options
-        # Types belong in the key: True == 1 and hashes alike, and ttl=True
-        # must never be served the options validated for ttl=1.
-        signature = (*values, *map(type, values))
+        memo = self._merged
         try:
-            return self._merged[signature]
-        except (KeyError, TypeError):  # TypeError: unhashable, hence invalid; merged() says why
+            # Stored under the bare values only when none of them equals 0
+            # or 1: so a bool (True == 1, and hashes alike) never finds
+            # them, and ttl=True is never served what was validated for 1.
+            return memo[values]
+        except KeyError:
             pass
-        merged = self.options.merged(
-            {name: value for name, value in zip(_CALL_FIELDS, values, strict=True) if value is not UNSET}
-        )
-        if len(self._merged) >= 256:
-            self._merged.clear()
-        self._merged[signature] = merged
+        except TypeError:  # unhashable, hence invalid: merged() says why
+            return self.options.merged(self._overrides(values))
+        signature = (*values, *map(type, values))  # types in the key: True is not 1
+        try:
+            return memo[signature]
+        except KeyError:
+            pass
+        merged = self.options.merged(self._overrides(values))
+        if len(memo) >= 256:
+            memo.clear()
+        memo[values if 0 not in values and 1 not in values else signature] = merged
         return merged
+
+    @staticmethod
+    def _overrides(values: tuple[Any, ...]) -> dict[str, Any]:
+        return {name: value for name, value in zip(_CALL_FIELDS, values, strict=True) if value is not UNSET}
 
     def _emit(self, keys: Keys, kind: EventKind, **details: Any) -> None:
         self._emit_named(keys.name, kind, **details)
@@ -277,9 +288,22 @@ class StampedeBase:
             self._emit(keys, EventKind.CORRUPT)
             return None
 
+    def _lookup(self, keys: Keys, raw: bytes | None, options: Options) -> Entry | Lookup:
+        """What a first read found: the fresh :class:`Entry` to serve (a hit), or
+        what the flow needs. On every hit, so the common case comes first."""
+        if raw is not None:
+            try:
+                entry = decode(self.serializer, raw)
+            except CorruptEntryError:
+                return Lookup(self._decode(keys, raw))  # logs and reports it
+            if self._is_hit(keys, entry, options):
+                return entry
+            return Lookup(entry)
+        return Lookup(None)
+
     def _is_hit(self, keys: Keys, entry: Entry, options: Options) -> bool:
         """Whether ``entry`` is served as it is: fresh, and not drawn for early refresh."""
-        now = self._clock.time()
+        now = self._now()
         if now < entry.fresh_until and (
             options.beta is None or not entry.wants_early_refresh(now, options.beta)
         ):

@@ -43,6 +43,10 @@ INT_CODEC = 0
 FRESH_UNTIL_OFFSET = 4
 FOREVER = math.inf
 _COPY_BELOW = 16 * 1024
+_unpack_header = HEADER.unpack_from
+_HEADER_SIZE = HEADER.size
+#: Builds an Entry from a tuple without NamedTuple's Python-level __new__.
+_entry = tuple.__new__
 
 
 class Entry(NamedTuple):
@@ -99,12 +103,16 @@ class CorruptEntryError(Exception):
 
 def decode(serializer: Serializer, raw: bytes) -> Entry:
     """Decode an envelope, raising :class:`CorruptEntryError` for anything foreign."""
-    if raw[:3] != MAGIC or len(raw) < HEADER.size:
+    # On every hit: written for speed (one unpack, no slice to check the magic).
+    try:
+        magic, codec_id, fresh_until, created_at, duration = _unpack_header(raw)
+    except struct.error:
+        magic = None
+    if magic != MAGIC:
         raise CorruptEntryError("not a stampede envelope of a known format version")
-    _, codec_id, fresh_until, created_at, duration = HEADER.unpack_from(raw)
     if codec_id == INT_CODEC:
         try:
-            return Entry(int(raw[HEADER.size :]), fresh_until, created_at, duration)
+            return _entry(Entry, (int(raw[_HEADER_SIZE:]), fresh_until, created_at, duration))
         except ValueError as exc:
             raise CorruptEntryError(f"integer payload does not decode: {exc}") from exc
     if codec_id != serializer.codec_id:
@@ -112,9 +120,9 @@ def decode(serializer: Serializer, raw: bytes) -> Entry:
             f"written by serializer codec {codec_id}, this one reads codec " f"{serializer.codec_id}"
         )
     # A memoryview avoids copying a large payload; a small one is quicker to copy.
-    payload = raw[HEADER.size :] if len(raw) < _COPY_BELOW else memoryview(raw)[HEADER.size :]
+    payload = raw[_HEADER_SIZE:] if len(raw) < _COPY_BELOW else memoryview(raw)[_HEADER_SIZE:]
     try:
         value = serializer.loads(payload)
     except Exception as exc:
         raise CorruptEntryError(f"payload does not decode: {exc!r}") from exc
-    return Entry(value, fresh_until, created_at, duration)
+    return _entry(Entry, (value, fresh_until, created_at, duration))

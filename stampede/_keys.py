@@ -10,6 +10,10 @@ from ._exceptions import ConfigurationError
 __all__ = ["KeySpace", "Keys"]
 
 _MAX_KEY_BYTES = 64 * 1024
+#: How many made Keys are kept, and for keys of how many characters at most:
+#: a bounded memory cost (about 1 MB) for the keys that make up a hot set.
+_MADE_AT_MOST = 4096
+_MADE_KEY_LENGTH = 200
 
 
 class Keys:
@@ -57,7 +61,7 @@ class Keys:
 class KeySpace:
     """Builds :class:`Keys` under a namespace, validating user keys."""
 
-    __slots__ = ("_prefix", "namespace", "pattern")
+    __slots__ = ("_made", "_prefix", "namespace", "pattern")
 
     def __init__(self, namespace: str) -> None:
         if not isinstance(namespace, str) or not namespace:
@@ -67,6 +71,9 @@ class KeySpace:
             raise ConfigurationError(f"namespace must not contain '{{' or '}}': {namespace!r}")
         self.namespace = namespace
         self._prefix = namespace.encode() + b":{"
+        # Keys already made, by the caller's key: a hit is one GET, and building
+        # its names again (encode, concatenate, allocate) was a tenth of it.
+        self._made: dict[str | bytes, Keys] = {}
         # SCAN pattern for every key under the namespace, glob characters escaped.
         self.pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", namespace.encode()) + b":*"
 
@@ -76,6 +83,19 @@ class KeySpace:
         return re.sub(rb"([*?\[\]\\])", rb"\\\1", self._prefix) + escaped + b"*"
 
     def __call__(self, key: str | bytes) -> Keys:
+        if type(key) is str or type(key) is bytes:
+            known = self._made.get(key)
+            if known is not None:
+                return known
+        keys = self._make(key)
+        if len(key) <= _MADE_KEY_LENGTH:
+            made = self._made
+            if len(made) >= _MADE_AT_MOST:
+                made.clear()  # simpler than an LRU, and as good for a hot set that fits
+            made[key] = keys
+        return keys
+
+    def _make(self, key: str | bytes) -> Keys:
         if isinstance(key, str):
             raw = key.encode("utf-8", "surrogatepass")
             name = key

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import random
 import threading
 import time
 from collections.abc import Callable, Generator, Hashable, Iterable, Mapping
@@ -77,17 +78,20 @@ class _Watchdog(threading.Thread):
 
 
 class _SharedRead:
-    """A GET under way, whose reply the threads asking meanwhile share."""
+    """A GET under way, whose reply the threads asking meanwhile share.
 
-    __slots__ = ("done", "epoch", "error", "lock", "raw")
+    The latch they wait on is made by the first of them: a read that nobody
+    joins (a hit, most of the time) allocates no lock.
+    """
+
+    __slots__ = ("done", "epoch", "error", "latch", "raw")
 
     def __init__(self, epoch: object) -> None:
         self.epoch = epoch
-        self.lock = threading.Lock()
-        self.lock.acquire()  # released with the reply: a one-shot latch
         self.done = False
         self.raw: bytes | None = None
         self.error: redis.exceptions.RedisError | None = None
+        self.latch: threading.Event | None = None
 
 
 class Stampede(StampedeBase):
@@ -127,6 +131,7 @@ class Stampede(StampedeBase):
         self._flights: Flights[threading.Event] = Flights(threading.Event)
         self._subscriber = subscriber_for(client)
         self._reads: dict[bytes, _SharedRead] = {}
+        self._reads_lock = threading.Lock()
 
     @classmethod
     def from_url(
@@ -179,10 +184,16 @@ class Stampede(StampedeBase):
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         keys = self._keys(key)
-        lookup = self._first_read(keys, options)
-        if isinstance(lookup, Entry):
-            return cast(T, lookup.value)
-        return self._single_flight(keys, options, lookup, rebuild)
+        # _first_read, inlined: this is every hit's path.
+        try:
+            raw = self._shared_get(keys.value)
+        except redis.exceptions.RedisError as exc:
+            return self._single_flight(keys, options, self._read_failed(keys, exc), rebuild)
+        found = self._lookup(keys, raw, options)
+        if isinstance(found, Entry):
+            # Not cast(): a function call, on every hit.
+            return found.value  # type: ignore[no-any-return]
+        return self._single_flight(keys, options, found, rebuild)
 
     def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
@@ -190,10 +201,7 @@ class Stampede(StampedeBase):
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
             return self._read_failed(keys, exc)
-        entry = self._decode(keys, raw)
-        if entry is not None and self._is_hit(keys, entry, options):
-            return entry
-        return Lookup(entry)
+        return self._lookup(keys, raw, options)
 
     def _shared_get(self, name: bytes) -> bytes | None:
         """GET ``name``, sharing the reply with the threads that ask meanwhile.
@@ -206,23 +214,31 @@ class Stampede(StampedeBase):
         reads = self._reads
         pending = reads.get(name)
         if pending is not None and pending.epoch is self._epoch:
-            with pending.lock:  # held by the reading thread until its reply
-                if pending.done:
-                    if pending.error is not None:
-                        raise pending.error
-                    return pending.raw
+            with self._reads_lock:  # against the reader finishing meanwhile
+                latch = pending.latch
+                if latch is None and not pending.done:
+                    latch = pending.latch = threading.Event()
+            if latch is not None:
+                latch.wait()  # bounded by the reader's socket timeout
+            if pending.done:
+                if pending.error is not None:
+                    raise pending.error
+                return pending.raw
         pending = _SharedRead(self._epoch)
         reads[name] = pending
         try:
-            pending.raw = self._reader().get(name)
+            pending.raw = (random.choice(self._replicas) if self._replicas else self._client).get(name)
         except redis.exceptions.RedisError as exc:
             pending.error = exc
             raise
         finally:
-            pending.done = True
+            with self._reads_lock:
+                pending.done = True
+                latch = pending.latch
             if reads.get(name) is pending:
                 reads.pop(name, None)
-            pending.lock.release()
+            if latch is not None:
+                latch.set()
         return pending.raw
 
     def _single_flight(self, keys: Keys, options: Options, lookup: Lookup, rebuild: Callable[[], T]) -> T:

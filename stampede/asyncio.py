@@ -65,6 +65,17 @@ class _ReadAbandoned(Exception):
     """Internal: the task sending a shared GET was cancelled before its reply."""
 
 
+class _PendingRead:
+    """A GET under way; ``reply`` is made by the first task that joins it, so a
+    read that nobody joins (a hit, most of the time) makes no future."""
+
+    __slots__ = ("epoch", "reply")
+
+    def __init__(self, epoch: object) -> None:
+        self.epoch = epoch
+        self.reply: asyncio.Future[bytes | None] | None = None
+
+
 class Stampede(StampedeBase):
     """Stampede-protected caching on a ``redis.asyncio`` client.
 
@@ -80,7 +91,7 @@ class Stampede(StampedeBase):
         self._flights: Flights[asyncio.Event] = Flights(asyncio.Event)
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriber = async_subscriber_for(client)
-        self._reads: dict[bytes, tuple[asyncio.Future[bytes | None], object]] = {}
+        self._reads: dict[bytes, _PendingRead] = {}
 
     @classmethod
     def from_url(
@@ -130,33 +141,35 @@ class Stampede(StampedeBase):
             raw = await self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
             return self._read_failed(keys, exc)
-        entry = self._decode(keys, raw)
-        if entry is not None and self._is_hit(keys, entry, options):
-            return entry
-        return Lookup(entry)
+        return self._lookup(keys, raw, options)
 
     async def _shared_get(self, name: bytes) -> bytes | None:
         """GET ``name``, sharing the reply with the tasks that ask meanwhile
         (see :meth:`stampede.Stampede._shared_get`)."""
         reads = self._reads
         pending = reads.get(name)
-        if pending is not None and pending[1] is self._epoch:
+        if pending is not None and pending.epoch is self._epoch:
+            if pending.reply is None:
+                pending.reply = asyncio.get_running_loop().create_future()
             try:
-                return await asyncio.shield(pending[0])
+                return await asyncio.shield(pending.reply)
             except _ReadAbandoned:
                 pass  # its reader was cancelled: read for ourselves
-        reply: asyncio.Future[bytes | None] = asyncio.get_running_loop().create_future()
-        reads[name] = (reply, self._epoch)
+        pending = _PendingRead(self._epoch)
+        reads[name] = pending
         try:
             raw = await self._reader().get(name)
         except BaseException as exc:
-            reply.set_exception(exc if isinstance(exc, redis.exceptions.RedisError) else _ReadAbandoned())
-            reply.exception()  # retrieved: nobody may be waiting for it
+            if pending.reply is not None:
+                error = exc if isinstance(exc, redis.exceptions.RedisError) else _ReadAbandoned()
+                pending.reply.set_exception(error)
+                pending.reply.exception()  # retrieved: its waiters may all have gone
             raise
         else:
-            reply.set_result(raw)
+            if pending.reply is not None:
+                pending.reply.set_result(raw)
         finally:
-            if reads.get(name, (None,))[0] is reply:
+            if reads.get(name) is pending:
                 del reads[name]
         return raw  # type: ignore[no-any-return]
 
