@@ -430,6 +430,19 @@ class StampedeBase:
                 value = keys.value
                 self._flights.overtake(value, (value, "read"), (value, "after-wait"))
 
+    @staticmethod
+    def _unlink_plan(names: list[bytes]) -> tuple[list[bytes], list[bytes], list[Keys]]:
+        """Sort names that ``SCAN`` found under this namespace for deletion:
+        values and other keys to unlink, and keys whose rebuild is under way
+        (they have a lease) to delete as ``delete`` does, leaving a fence, so
+        that rebuild cannot store what it read before. Fences are left to
+        expire: deleting one would let such a commit through."""
+        leased = {name[:-6] for name in names if name.endswith(b":lease")}
+        values = [name for name in names if name.endswith(b"}") and name not in leased]
+        others = [name for name in names if not name.endswith((b"}", b":lease", b":fence"))]
+        fenced = [Keys(value.decode("utf-8", "backslashreplace"), value) for value in sorted(leased)]
+        return values, others, fenced
+
     def _queue_scripts(
         self, pipe: Any, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool
     ) -> None:

@@ -650,12 +650,15 @@ class Stampede(StampedeBase):
         return deleted
 
     async def _unlink(self, names: list[bytes]) -> int:
-        """Unlink ``names``; returns how many were values (not leases or fences)."""
-        values = [name for name in names if name.endswith(b"}")]
-        others = [name for name in names if not name.endswith(b"}")]
+        """Delete ``names``; returns how many were values (not leases or fences)."""
+        values, others, fenced = self._unlink_plan(names)
         if others:
             await self._client.unlink(*others)
-        return int(await self._client.unlink(*values)) if values else 0
+        deleted = int(await self._client.unlink(*values)) if values else 0
+        if fenced:
+            calls = [(keys, self._delete_args(keys)) for keys in fenced]
+            deleted += sum(await self._pipelined("write", calls))
+        return deleted
 
     def cached(
         self,

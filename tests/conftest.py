@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,6 +67,18 @@ def server() -> Iterator[RedisServer]:
 def client(redis_url: str) -> Iterator[redis.Redis]:
     with redis.Redis.from_url(redis_url, socket_timeout=5, socket_connect_timeout=5) as conn:
         yield conn
+
+
+@pytest.fixture
+def settled(client: redis.Redis) -> None:
+    """The suite's Redis has been up for 2 s: a commit whose lease lapsed is
+    refused by a server started less than a second before the lease was won
+    (it may have restarted in between), which a test of lapsed commits run
+    on its own, right after the server started, must not run into."""
+    deadline = time.monotonic() + 10
+    while int(client.info("server")["uptime_in_seconds"]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -159,6 +159,21 @@ def test_a_delete_made_while_a_split_lease_rebuilds_is_not_undone_by_its_set(
     assert (entry.value, entry.is_fresh()) == ("old", False)
 
 
+@pytest.mark.parametrize("wipe", ["clear", "delete_prefix"])
+@pytest.mark.usefixtures("settled")
+def test_a_rebuild_in_flight_across_clear_cannot_store_what_it_read_before(
+    sf: stampede.Stampede, client: redis.Redis, keys: KeySpace, wipe: str
+) -> None:
+    sf.set("page:1", "old", ttl=60)
+    read = sf.read("page:2")
+    assert read.lease is not None
+    assert (sf.clear() if wipe == "clear" else sf.delete_prefix("page:")) == 1
+    assert client.exists(keys("page:2").lease) == 0  # its waiters are free to go on
+    assert sf.commit(read.lease, "rendered from old data", store_if_lapsed=True) is False
+    assert sf.get("page:2") is None
+
+
+@pytest.mark.usefixtures("settled")
 def test_an_evicted_lease_does_not_throw_the_rebuild_away(sf: stampede.Stampede, keys: KeySpace) -> None:
     # maxmemory evicted the lease while its holder rebuilt; nothing newer was
     # written meanwhile: the commit still stores (fenced by Redis's clock).

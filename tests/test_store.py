@@ -196,6 +196,7 @@ def test_a_released_lease_does_not_make_the_waiters_queue(make_driver: Any, clie
     assert results == [Read(False, None, None)] * 5
 
 
+@pytest.mark.usefixtures("settled")
 def test_store_if_lapsed(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
     sf = make_driver()
     # Lapsed, nobody else holds it, nothing newer: a late set still stores.
