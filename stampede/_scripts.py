@@ -230,12 +230,14 @@ end
 return 1
 """
 
-# Add delta to an integer value in place, keeping its header and TTL.
+# Add delta to an integer value in place, keeping its header (restamped) and TTL.
 # Lua numbers are doubles, so the arithmetic is Redis's own INCRBY on a
 # scratch key (KEYS[3], same hash tag), read back as text: exact to 64 bits.
 # ARGV: magic followed by the integer codec byte, header size, delta.
 # -> {1, new value as text}; {0} missing; {-1} not an integer; {-2} overflow.
-INCR = """
+INCR = (
+    _SET_VALUE
+    + """
 local v = redis.pcall('GET', KEYS[1])
 if not v then return {0} end
 if type(v) ~= 'string' or string.sub(v, 1, string.len(ARGV[1])) ~= ARGV[1] then return {-1} end
@@ -245,6 +247,10 @@ local sum = redis.pcall('INCRBY', KEYS[3], ARGV[3])
 local text = redis.call('GET', KEYS[3])
 redis.call('DEL', KEYS[3])
 if type(sum) == 'table' then return {-2} end
-redis.call('SET', KEYS[1], string.sub(v, 1, head) .. text, 'KEEPTTL')
+-- A write like any other: stamped, and the rebuild in flight (which read
+-- the value before it) loses its lease, so its commit cannot undo this.
+redis.call('SET', KEYS[1], stamped(string.sub(v, 1, head) .. text), 'KEEPTTL')
+redis.call('DEL', KEYS[2])
 return {1, text}
 """
+)

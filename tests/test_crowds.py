@@ -159,6 +159,18 @@ def test_a_delete_made_while_a_split_lease_rebuilds_is_not_undone_by_its_set(
     assert (entry.value, entry.is_fresh()) == ("old", False)
 
 
+def test_an_incr_made_while_a_split_lease_rebuilds_is_not_undone_by_its_set(sf: stampede.Stampede) -> None:
+    sf.set("hits", 10, ttl=0.05, stale_ttl=60)
+    time.sleep(0.1)  # stale: the next read gets the lease
+    read = sf.read("hits")
+    assert read.lease is not None
+    assert sf.incr("hits") == 11
+    assert sf.commit(read.lease, 10, store_if_lapsed=True) is False
+    entry = sf.get("hits")
+    assert entry is not None
+    assert entry.value == 11
+
+
 @pytest.mark.parametrize("wipe", ["clear", "delete_prefix"])
 @pytest.mark.usefixtures("settled")
 def test_a_rebuild_in_flight_across_clear_cannot_store_what_it_read_before(
