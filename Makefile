@@ -36,11 +36,12 @@ else
 	$(VENV6)/bin/pytest tests/django_stampede
 endif
 
-## make lint: ruff and mypy, as CI runs them
+## make lint: ruff, mypy, and the generated blocking twins of asyncio sources, as CI runs them
 lint: $(STAMP)
-	$(BIN)/ruff check stampede integrations tests bench example_project
-	$(BIN)/ruff format --check stampede integrations tests bench example_project
+	$(BIN)/ruff check stampede integrations tests bench example_project tools
+	$(BIN)/ruff format --check stampede integrations tests bench example_project tools
 	$(BIN)/mypy
+	$(BIN)/python tools/unasync.py --check
 
 ## make demo: the example Django site and Flask app under a stampede, on
 ## their stock Redis caches and then on stampede (an embedded redis-server

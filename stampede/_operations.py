@@ -1,0 +1,194 @@
+# Generated from stampede/_aoperations.py by tools/unasync.py: edit that file, then run the tool.
+"""The operations of a cache besides ``get_or_rebuild`` and the lease API, written once.
+
+Written in ``_aoperations.py`` (asyncio); ``_operations.py``, the blocking
+twin, is generated from it by ``python tools/unasync.py`` (``make lint``
+checks that the two agree). The drivers supply the I/O these build on: ``_shared_get``
+(a GET shared by concurrent callers) and ``_script`` (one script, errors
+translated, later reads kept from sharing an older reply).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import redis.exceptions
+
+from ._base import UNSET, StampedeBase
+from ._envelope import Entry
+from ._exceptions import ConfigurationError
+from ._keys import Keys
+
+__all__ = ["Operations"]
+
+
+class Operations(StampedeBase):
+    """``get``, ``set``, ``delete``, ``invalidate``, ``add``, ``touch``, ``incr``,
+    ``has_key``, the ``*_many`` calls, ``delete_prefix`` and ``clear``."""
+
+    def _shared_get(self, name: bytes) -> bytes | None:
+        raise NotImplementedError
+
+    def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def get(self, key: str | bytes) -> Entry | None:
+        """The stored entry of ``key`` (value, freshness, age), or ``None``.
+
+        A plain read: no lease, no rebuild, no waiting.
+        """
+        keys = self._keys(key)
+        try:
+            raw = self._shared_get(keys.value)
+        except redis.exceptions.RedisError as exc:
+            lookup = self._read_failed(keys, exc)
+            if lookup.error is not None:
+                raise lookup.error from exc
+            return None
+        return self._decode(keys, raw)
+
+    def set(
+        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> None:
+        """Store ``value`` under ``key`` now, wake any waiters, and cancel any
+        rebuild in flight (its write would be older than this one)."""
+        options = self._call_options(ttl=ttl, stale_ttl=stale_ttl)
+        keys = self._keys(key)
+        self._script("write", keys, self._write_args(keys, value, options))
+
+    def delete(self, key: str | bytes) -> bool:
+        """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
+        in flight. Returns whether there was a value."""
+        keys = self._keys(key)
+        return bool(self._script("write", keys, self._delete_args(keys)))
+
+    def invalidate(self, key: str | bytes) -> bool:
+        """Mark ``key`` stale but keep serving it while one caller refreshes it.
+
+        Cancels any rebuild in flight, which may have read the data being
+        invalidated. Returns whether there was a value to mark.
+        """
+        keys = self._keys(key)
+        return bool(self._script("invalidate", keys, self._invalidate_args()))
+
+    def add(
+        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> bool:
+        """Store ``value`` only if ``key`` holds nothing; returns whether it did."""
+        options = self._call_options(ttl, stale_ttl)
+        keys = self._keys(key)
+        return bool(self._script("add", keys, self._write_args(keys, value, options)))
+
+    def touch(self, key: str | bytes, *, ttl: float | None = UNSET, stale_ttl: float = UNSET) -> bool:
+        """Give the value of ``key`` a new ``ttl`` from now; returns whether there was one."""
+        options = self._call_options(ttl, stale_ttl)
+        keys = self._keys(key)
+        return bool(self._script("touch", keys, self._touch_args(options)))
+
+    def incr(self, key: str | bytes, delta: int = 1) -> int | None:
+        """Add ``delta`` to the integer stored under ``key``, keeping its expiry.
+
+        Returns the new value, or ``None`` if there is none. Raises
+        ``TypeError`` if the value is not an integer and ``OverflowError``
+        outside the signed 64-bit range.
+        """
+        keys = self._keys(key)
+        return self._incr_result(keys, self._script("incr", keys, self._incr_args(delta)))
+
+    def has_key(self, key: str | bytes) -> bool:
+        """Whether ``key`` holds a value, fresh or stale."""
+        keys = self._keys(key)
+        with self._redis_errors(keys.name, "check"):
+            return bool(self._reader().exists(keys.value))
+
+    def get_many(self, keys: Iterable[str | bytes]) -> dict[Any, Any]:
+        """The values (fresh or stale) of those ``keys`` that have one, in one round trip."""
+        named = self._many(keys)
+        if not named:
+            return {}
+        reader = self._reader()
+        mget = getattr(reader, "mget_nonatomic", reader.mget)  # Redis Cluster: per slot
+        with self._redis_errors("", "read several keys"):
+            raws = mget(list(named))
+        return self._found_many(named, raws)
+
+    def set_many(
+        self, mapping: Mapping[Any, Any], *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+    ) -> None:
+        """:meth:`set` for every item, in one round trip."""
+        options = self._call_options(ttl, stale_ttl)
+        calls = [(names, self._write_args(names, value, options)) for names, value in self._items(mapping)]
+        self._pipelined("write", calls)
+
+    def delete_many(self, keys: Iterable[str | bytes]) -> int:
+        """:meth:`delete` for every key, in one round trip; returns how many held a value."""
+        calls = [(names, self._delete_args(names)) for _, names in self._many(keys).values()]
+        return sum(self._pipelined("write", calls))
+
+    def _pipelined(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
+        if not calls:
+            return []
+        try:
+            return self._pipelined_once(script, calls)
+        finally:
+            self._wrote(script, *(names for names, _ in calls))
+
+    def _pipelined_once(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
+        with self._redis_errors("", f"{script} several keys"):
+            results = self._pipeline(script, calls, by_source=False)
+            again = self._unscripted(results)
+            retried = self._pipeline(script, [calls[i] for i in again], by_source=True) if again else []
+            return self._pipeline_results(results, again, retried)
+
+    def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        self._queue_scripts(pipe, script, calls, by_source=by_source)
+        return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
+
+    def delete_prefix(self, prefix: str) -> int:
+        """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
+
+        For invalidating a family of keys, such as every call of a function.
+        """
+        if not isinstance(prefix, str) or not prefix:
+            raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}")
+        return self._unlink_matching(self._keys.prefix_pattern(prefix))
+
+    def clear(self) -> int:
+        """Delete every key of this namespace (values, leases, fences); returns how many values.
+
+        Walks the keyspace with ``SCAN``: cost grows with the database, not
+        with the namespace.
+        """
+        return self._unlink_matching(self._keys.pattern)
+
+    def _unlink_matching(self, pattern: bytes) -> int:
+        try:
+            return self._unlink_matching_once(pattern)
+        finally:
+            self._epoch = object()
+
+    def _unlink_matching_once(self, pattern: bytes) -> int:
+        deleted = 0
+        with self._redis_errors("", "delete keys by pattern"):
+            batch: list[bytes] = []
+            for name in self._client.scan_iter(match=pattern, count=1000):
+                batch.append(name)
+                if len(batch) == 500:
+                    deleted += self._unlink(batch)
+                    batch = []
+            if batch:
+                deleted += self._unlink(batch)
+        return deleted
+
+    def _unlink(self, names: list[bytes]) -> int:
+        """Delete ``names``; returns how many were values (not leases or fences)."""
+        values, others, fenced = self._unlink_plan(names)
+        if others:
+            self._client.unlink(*others)
+        deleted = int(self._client.unlink(*values)) if values else 0
+        if fenced:
+            calls = [(keys, self._delete_args(keys)) for keys in fenced]
+            deleted += sum(self._pipelined("write", calls))
+        return deleted
