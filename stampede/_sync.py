@@ -11,9 +11,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 import redis
+import redis.cluster
 import redis.exceptions
 
-from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, on_event_loop_thread
+from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, cluster_url, on_event_loop_thread
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import EventKind, logger
@@ -141,19 +142,28 @@ class Stampede(Operations):
         *,
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 5.0,
+        cluster: bool = False,
         **kwargs: Any,
     ) -> Stampede:
         """Connect to the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
-        Socket timeouts are set so that an unresponsive Redis raises
-        :class:`~stampede.RedisUnavailableError` instead of hanging.
+        A Redis Cluster: ``redis+cluster://host:port`` (or ``rediss+cluster://``),
+        any node of it, or ``cluster=True``. Socket timeouts are set so that an
+        unresponsive Redis raises :class:`~stampede.RedisUnavailableError`
+        instead of hanging.
         """
-        client = redis.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_connect_timeout,
-            health_check_interval=30,
-        )
+        plain, is_cluster = cluster_url(url)
+        if is_cluster or cluster:
+            client: Any = redis.cluster.RedisCluster.from_url(
+                plain, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout
+            )
+        else:
+            client = redis.Redis.from_url(
+                plain,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout,
+                health_check_interval=30,
+            )
         instance = cls(client, **kwargs)
         instance._owns_client = True
         return instance

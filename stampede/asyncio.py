@@ -18,11 +18,12 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable
 from typing import Any, TypeVar, cast
 
 import redis.asyncio
+import redis.asyncio.cluster
 import redis.exceptions
 
 from ._aoperations import AsyncOperations
 from ._asubscriber import async_subscriber_for
-from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read
+from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, cluster_url
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import logger
@@ -101,15 +102,22 @@ class Stampede(AsyncOperations):
         *,
         socket_timeout: float = 5.0,
         socket_connect_timeout: float = 5.0,
+        cluster: bool = False,
         **kwargs: Any,
     ) -> Stampede:
         """Connect to the Redis at ``url``; see :meth:`stampede.Stampede.from_url`."""
-        client = redis.asyncio.Redis.from_url(
-            url,
-            socket_timeout=socket_timeout,
-            socket_connect_timeout=socket_connect_timeout,
-            health_check_interval=30,
-        )
+        plain, is_cluster = cluster_url(url)
+        if is_cluster or cluster:
+            client: Any = redis.asyncio.cluster.RedisCluster.from_url(
+                plain, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout
+            )
+        else:
+            client = redis.asyncio.Redis.from_url(
+                plain,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_connect_timeout,
+                health_check_interval=30,
+            )
         instance = cls(client, **kwargs)
         instance._owns_client = True
         return instance

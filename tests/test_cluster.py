@@ -130,3 +130,47 @@ async def test_asyncio_one_rebuild_and_every_operation(cluster: RedisCluster, na
     assert await asf.clear() >= 2
     await asf.aclose()
     await client.aclose()
+
+
+def test_a_url_alone_can_name_a_cluster(
+    cluster: RedisCluster, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = cluster.url.replace("redis://", "redis+cluster://")
+    sf = stampede.Stampede.from_url(url, namespace=namespace)
+    assert isinstance(sf.client, redis.cluster.RedisCluster)
+    sf.set_many({f"k{i}": i for i in range(20)}, ttl=60)  # keys on every master
+    assert sf.get_many([f"k{i}" for i in range(20)]) == {f"k{i}": i for i in range(20)}
+    sf.close()
+    by_flag = stampede.Stampede.from_url(cluster.url, cluster=True, namespace=namespace)
+    assert isinstance(by_flag.client, redis.cluster.RedisCluster)
+    by_flag.close()
+    # The default instance, from the environment alone.
+    monkeypatch.setenv("STAMPEDE_REDIS_URL", url)
+    stampede.configure(None)
+    try:
+        assert stampede.get_or_rebuild("from-env", lambda: "ok") == "ok"
+        assert isinstance(stampede.default().client, redis.cluster.RedisCluster)
+    finally:
+        stampede.configure(None)
+
+
+async def test_an_asyncio_url_alone_can_name_a_cluster(cluster: RedisCluster, namespace: str) -> None:
+    asf = stampede.asyncio.Stampede.from_url(
+        cluster.url.replace("redis://", "redis+cluster://"), namespace=namespace
+    )
+    assert isinstance(asf.client, redis.asyncio.cluster.RedisCluster)
+    await asf.set_many({f"k{i}": i for i in range(20)}, ttl=60)
+    assert await asf.get_many([f"k{i}" for i in range(20)]) == {f"k{i}": i for i in range(20)}
+    await asf.aclose()
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("redis+cluster://127.0.0.1:7000/3", "a Redis Cluster has only database 0"),
+        ("127.0.0.1:7000", "url must be a Redis URL"),
+    ],
+)
+def test_a_cluster_url_that_cannot_work_is_refused_naming_it(url: str, message: str) -> None:
+    with pytest.raises(stampede.ConfigurationError, match=message):
+        stampede.Stampede.from_url(url)
