@@ -33,35 +33,12 @@ __all__ = [
     "Read",
     "StampedeBase",
     "SystemClock",
-    "cluster_url",
     "on_event_loop_thread",
 ]
 
 
 #: The scripts that change a value (the others take, renew or free leases, or read).
 _WRITES = frozenset({"add", "commit", "incr", "invalidate", "touch", "write"})
-
-
-_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-
-
-def cluster_url(url: str) -> tuple[str, bool]:
-    """``url`` as redis-py takes it, and whether it names a Redis Cluster.
-
-    ``redis+cluster://host:port`` (``rediss+cluster://`` with TLS) names a
-    cluster by one of its nodes, so a URL alone (``STAMPEDE_REDIS_URL``) can
-    say so. A cluster has only database 0.
-    """
-    if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"url must be a Redis URL such as redis://host:6379/0, got {url!r}")
-    scheme, rest = url.split("://", 1)
-    plain = _CLUSTER_SCHEMES.get(scheme.lower())
-    if plain is None:
-        return url, False
-    path = rest.split("?", 1)[0].split("/", 1)
-    if len(path) == 2 and path[1] not in ("", "0"):
-        raise ConfigurationError(f"a Redis Cluster has only database 0; the url names {path[1]!r}: {url!r}")
-    return f"{plain}://{rest}", True
 
 
 class _Unset:
@@ -204,6 +181,7 @@ class StampedeBase:
         # replica; leases, writes and waits always use the primary.
         self._replicas = tuple(replicas)
         self._owns_client = False  # set by from_url(), whose client close() closes
+        self._owned: list[Any] = []  # more clients from_url() made (a Sentinel's), closed with it
         self._scripts = {name: client.register_script(getattr(_scripts, name.upper())) for name in _SCRIPTS}
         self._keys = KeySpace(namespace)
         self.options = base

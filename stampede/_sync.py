@@ -13,8 +13,9 @@ from typing import Any, TypeVar, cast
 import redis
 import redis.cluster
 import redis.exceptions
+import redis.sentinel
 
-from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, cluster_url, on_event_loop_thread
+from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, on_event_loop_thread
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import EventKind, logger
@@ -38,6 +39,7 @@ from ._keys import Keys
 from ._operations import Operations
 from ._options import Options
 from ._subscriber import subscriber_for
+from ._urls import parse_url
 
 __all__ = ["Stampede"]
 
@@ -148,24 +150,37 @@ class Stampede(Operations):
         """Connect to the Redis at ``url`` (``redis://``, ``rediss://``, ``unix://``).
 
         A Redis Cluster: ``redis+cluster://host:port`` (or ``rediss+cluster://``),
-        any node of it, or ``cluster=True``. Socket timeouts are set so that an
-        unresponsive Redis raises :class:`~stampede.RedisUnavailableError`
-        instead of hanging.
+        any node of it, or ``cluster=True``. The master of a service that
+        Sentinels watch: ``redis+sentinel://host:26379[,host:port...]/service[/db]``.
+        Socket timeouts are set so that an unresponsive Redis raises
+        :class:`~stampede.RedisUnavailableError` instead of hanging.
         """
-        plain, is_cluster = cluster_url(url)
-        if is_cluster or cluster:
-            client: Any = redis.cluster.RedisCluster.from_url(
-                plain, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout
-            )
-        else:
-            client = redis.Redis.from_url(
-                plain,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_connect_timeout,
+        target = parse_url(url, cluster=cluster)
+        timeouts: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+        }
+        owned: list[Any] = []
+        client: Any
+        if target.kind == "sentinel":
+            sentinel = redis.sentinel.Sentinel(list(target.sentinels), **timeouts)  # type: ignore[no-untyped-call]
+            owned = list(sentinel.sentinels)
+            client = sentinel.master_for(  # type: ignore[no-untyped-call]
+                target.service,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                ssl=target.ssl,
                 health_check_interval=30,
+                **timeouts,
             )
+        elif target.kind == "cluster":
+            client = redis.cluster.RedisCluster.from_url(target.url, **timeouts)
+        else:
+            client = redis.Redis.from_url(target.url, health_check_interval=30, **timeouts)
         instance = cls(client, **kwargs)
         instance._owns_client = True
+        instance._owned = owned
         return instance
 
     # --- the main entry point -----------------------------------------------
@@ -626,3 +641,5 @@ class Stampede(Operations):
         if self._owns_client:
             self._subscriber.close()
             self._client.close()
+            for owned in self._owned:
+                owned.close()

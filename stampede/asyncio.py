@@ -19,11 +19,12 @@ from typing import Any, TypeVar, cast
 
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.sentinel
 import redis.exceptions
 
 from ._aoperations import AsyncOperations
 from ._asubscriber import async_subscriber_for
-from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, cluster_url
+from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import logger
@@ -46,6 +47,7 @@ from ._flow import (
 )
 from ._keys import Keys
 from ._options import Options
+from ._urls import parse_url
 
 __all__ = ["Stampede", "for_running_loop"]
 
@@ -106,20 +108,32 @@ class Stampede(AsyncOperations):
         **kwargs: Any,
     ) -> Stampede:
         """Connect to the Redis at ``url``; see :meth:`stampede.Stampede.from_url`."""
-        plain, is_cluster = cluster_url(url)
-        if is_cluster or cluster:
-            client: Any = redis.asyncio.cluster.RedisCluster.from_url(
-                plain, socket_timeout=socket_timeout, socket_connect_timeout=socket_connect_timeout
-            )
-        else:
-            client = redis.asyncio.Redis.from_url(
-                plain,
-                socket_timeout=socket_timeout,
-                socket_connect_timeout=socket_connect_timeout,
+        target = parse_url(url, cluster=cluster)
+        timeouts: dict[str, Any] = {
+            "socket_timeout": socket_timeout,
+            "socket_connect_timeout": socket_connect_timeout,
+        }
+        owned: list[Any] = []
+        client: Any
+        if target.kind == "sentinel":
+            sentinel = redis.asyncio.sentinel.Sentinel(list(target.sentinels), **timeouts)  # type: ignore[no-untyped-call]
+            owned = list(sentinel.sentinels)
+            client = sentinel.master_for(
+                target.service,
+                db=target.db,
+                username=target.username,
+                password=target.password,
+                ssl=target.ssl,
                 health_check_interval=30,
+                **timeouts,
             )
+        elif target.kind == "cluster":
+            client = redis.asyncio.cluster.RedisCluster.from_url(target.url, **timeouts)
+        else:
+            client = redis.asyncio.Redis.from_url(target.url, health_check_interval=30, **timeouts)
         instance = cls(client, **kwargs)
         instance._owns_client = True
+        instance._owned = owned
         return instance
 
     async def get_or_rebuild(
@@ -568,6 +582,8 @@ class Stampede(AsyncOperations):
         await self._subscriber.aclose()
         if self._owns_client:
             await self._client.aclose()
+            for owned in self._owned:
+                await owned.aclose()
 
 
 # --- one instance per event loop -------------------------------------------------

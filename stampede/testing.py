@@ -29,7 +29,14 @@ import redis
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["ConnectionPeak", "RedisCluster", "RedisServer", "find_redis_server", "find_valkey_server"]
+__all__ = [
+    "ConnectionPeak",
+    "RedisCluster",
+    "RedisSentinel",
+    "RedisServer",
+    "find_redis_server",
+    "find_valkey_server",
+]
 
 
 def find_redis_server() -> str:
@@ -79,11 +86,19 @@ class RedisServer:
     """
 
     def __init__(
-        self, port: int | None = None, *, args: Sequence[str] = (), binary: str | None = None
+        self,
+        port: int | None = None,
+        *,
+        args: Sequence[str] = (),
+        binary: str | None = None,
+        config: str | None = None,
     ) -> None:
         """``args``: more redis-server arguments, such as ``["--replicaof", host, port]``;
-        ``binary``: the server to run (default :func:`find_redis_server`; Valkey's works too)."""
+        ``binary``: the server to run (default :func:`find_redis_server`; Valkey's works too);
+        ``config``: the text of a configuration file to start from (a Sentinel needs one
+        it can rewrite)."""
         self.binary = binary or find_redis_server()
+        self.config = config
         self.port = port or _free_port()
         self.args = tuple(args)
         self._dir = tempfile.mkdtemp(prefix="stampede-redis-")
@@ -106,9 +121,16 @@ class RedisServer:
         """Start the server and wait until it answers PING."""
         if self.running:
             return self
+        head = [self.binary]
+        if self.config is not None:
+            path = os.path.join(self._dir, "server.conf")
+            if not os.path.exists(path):  # kept across restarts: a Sentinel rewrites it
+                with open(path, "w") as file:
+                    file.write(self.config)
+            head.append(path)
         self._process = subprocess.Popen(
             [
-                self.binary,
+                *head,
                 "--port",
                 str(self.port),
                 "--bind",
@@ -257,6 +279,96 @@ class RedisCluster:
             node.close()
 
     def __enter__(self) -> RedisCluster:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class RedisSentinel:
+    """A local Sentinel setup: a master, ``replicas`` replicas and ``sentinels``
+    Sentinels (quorum: a majority) watching it as ``service``.
+
+    >>> with RedisSentinel() as setup:
+    ...     sentinel = redis.sentinel.Sentinel(setup.sentinel_addresses)
+    ...     client = sentinel.master_for(setup.service)
+
+    ``down_after_ms``: how soon the Sentinels call a silent master down.
+    """
+
+    def __init__(
+        self,
+        replicas: int = 1,
+        sentinels: int = 3,
+        *,
+        service: str = "mymaster",
+        binary: str | None = None,
+        down_after_ms: int = 1000,
+    ) -> None:
+        self.service = service
+        self.master = RedisServer(binary=binary)
+        self.replicas = [
+            RedisServer(args=["--replicaof", "127.0.0.1", str(self.master.port)], binary=binary)
+            for _ in range(replicas)
+        ]
+        quorum = sentinels // 2 + 1
+        config = (
+            f"sentinel monitor {service} 127.0.0.1 {self.master.port} {quorum}\n"
+            f"sentinel down-after-milliseconds {service} {down_after_ms}\n"
+            f"sentinel failover-timeout {service} {max(3 * down_after_ms, 3000)}\n"
+            f"sentinel parallel-syncs {service} 1\n"
+        )
+        self.sentinels = [
+            RedisServer(args=["--sentinel"], binary=binary, config=config) for _ in range(sentinels)
+        ]
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        return [("127.0.0.1", sentinel.port) for sentinel in self.sentinels]
+
+    @property
+    def url(self) -> str:
+        """``redis+sentinel://`` URL of the service, as :meth:`stampede.Stampede.from_url` takes it."""
+        hosts = ",".join(f"{host}:{port}" for host, port in self.sentinel_addresses)
+        return f"redis+sentinel://{hosts}/{self.service}/0"
+
+    def start(self, timeout: float = 30.0) -> RedisSentinel:
+        """Start the servers, then the Sentinels, and wait until every Sentinel knows
+        the master, its replicas and the other Sentinels."""
+        try:
+            self.master.start()
+            for server in (*self.replicas, *self.sentinels):
+                server.start()
+            clients = [redis.Redis(port=sentinel.port, socket_timeout=5) for sentinel in self.sentinels]
+            try:
+                _wait_for(lambda: all(self._settled(client) for client in clients), timeout)
+            finally:
+                for client in clients:
+                    client.close()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _settled(self, client: redis.Redis) -> bool:
+        replicas = _command(client, "SENTINEL REPLICAS", self.service)
+        others = _command(client, "SENTINEL SENTINELS", self.service)
+        return len(replicas) == len(self.replicas) and len(others) == len(self.sentinels) - 1
+
+    def stop(self) -> None:
+        for server in (*self.sentinels, *self.replicas, self.master):
+            server.stop()
+
+    def close(self) -> None:
+        for server in (*self.sentinels, *self.replicas, self.master):
+            server.close()
+
+    def __enter__(self) -> RedisSentinel:
         return self.start()
 
     def __exit__(

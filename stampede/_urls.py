@@ -1,0 +1,97 @@
+"""What a Redis URL names: one server, a Redis Cluster, or a service that Sentinels watch.
+
+- ``redis://``, ``rediss://``, ``unix://``: one server, as redis-py reads it.
+- ``redis+cluster://host:port`` (``rediss+cluster://``): a Redis Cluster, by
+  any of its nodes; database 0 only.
+- ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
+  (``rediss+sentinel://``: TLS to the servers): the master of ``service``, as
+  the Sentinels at those addresses report it (port 26379 if left out). The
+  user and password are the servers'.
+
+So a URL alone (``STAMPEDE_REDIS_URL``) can say which, and a mistake is a
+:class:`~stampede.ConfigurationError` that names the URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import unquote
+
+from ._exceptions import ConfigurationError
+
+__all__ = ["Target", "parse_url"]
+
+_CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+_SENTINEL = {"redis+sentinel": False, "rediss+sentinel": True}
+_SENTINEL_PORT = 26379
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where to connect. ``url``: what redis-py's ``from_url`` takes (one server,
+    or a cluster node); the other fields are a Sentinel service's."""
+
+    kind: Literal["server", "cluster", "sentinel"]
+    url: str = ""
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service: str = ""
+    db: int = 0
+    username: str | None = None
+    password: str | None = None
+    ssl: bool = False
+
+
+def parse_url(url: str, *, cluster: bool = False) -> Target:
+    """The :class:`Target` of ``url``; ``cluster=True`` reads a plain URL as a cluster node's."""
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(f"url must be a Redis URL such as redis://host:6379/0, got {url!r}")
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme in _SENTINEL:
+        return _sentinel(url, rest, ssl=_SENTINEL[scheme])
+    plain = _CLUSTER.get(scheme)
+    if plain is None and not cluster:
+        return Target("server", url)
+    path = rest.split("?", 1)[0].split("/", 1)
+    if len(path) == 2 and path[1] not in ("", "0"):
+        raise ConfigurationError(f"a Redis Cluster has only database 0; the url names {path[1]!r}: {url!r}")
+    return Target("cluster", f"{plain or scheme}://{rest}")
+
+
+def _sentinel(url: str, rest: str, *, ssl: bool) -> Target:
+    if "?" in rest:
+        raise ConfigurationError(f"a redis+sentinel:// url takes no query: {url!r}")
+    credentials, _, location = rest.rpartition("@")
+    username = password = None
+    if credentials:
+        user, has_password, secret = credentials.partition(":")
+        username = unquote(user) or None
+        password = unquote(secret) if has_password else None
+    hosts, _, path = location.partition("/")
+    parts = [part for part in path.split("/") if part]
+    if not parts or len(parts) > 2:
+        raise ConfigurationError(
+            f"a redis+sentinel:// url names the service, and a database if any: "
+            f"redis+sentinel://host:26379/mymaster/0, got {url!r}"
+        )
+    db = 0
+    if len(parts) == 2:
+        if not parts[1].isdigit():
+            raise ConfigurationError(f"the database in {url!r} must be a number, got {parts[1]!r}")
+        db = int(parts[1])
+    sentinels = []
+    for address in hosts.split(","):
+        host, has_port, port = address.rpartition(":") if ":" in address else (address, "", "")
+        if not host or (has_port and not port.isdigit()):
+            raise ConfigurationError(f"a Sentinel address in {url!r} must be host[:port], got {address!r}")
+        sentinels.append((host, int(port) if port else _SENTINEL_PORT))
+    return Target(
+        "sentinel",
+        sentinels=tuple(sentinels),
+        service=parts[0],
+        db=db,
+        username=username,
+        password=password,
+        ssl=ssl,
+    )
