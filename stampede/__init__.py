@@ -31,6 +31,7 @@ from ._serializers import PickleSerializer as PickleSerializer
 from ._serializers import Serializer as Serializer
 from ._serializers import serializer_from as serializer_from
 from ._sync import Stampede as Stampede
+from ._sync import redis_client as redis_client
 
 __version__ = "0.1.0"
 
@@ -56,5 +57,6 @@ __all__ = [
     "default",
     "function_key",
     "get_or_rebuild",
+    "redis_client",
     "serializer_from",
 ]

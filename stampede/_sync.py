@@ -41,7 +41,7 @@ from ._options import Options
 from ._subscriber import subscriber_for
 from ._urls import parse_url
 
-__all__ = ["Stampede"]
+__all__ = ["Stampede", "redis_client"]
 
 T = TypeVar("T")
 
@@ -155,29 +155,13 @@ class Stampede(Operations):
         Socket timeouts are set so that an unresponsive Redis raises
         :class:`~stampede.RedisUnavailableError` instead of hanging.
         """
-        target = parse_url(url, cluster=cluster)
-        timeouts: dict[str, Any] = {
-            "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_connect_timeout,
-        }
-        owned: list[Any] = []
-        client: Any
-        if target.kind == "sentinel":
-            sentinel = redis.sentinel.Sentinel(list(target.sentinels), **timeouts)  # type: ignore[no-untyped-call]
-            owned = list(sentinel.sentinels)
-            client = sentinel.master_for(  # type: ignore[no-untyped-call]
-                target.service,
-                db=target.db,
-                username=target.username,
-                password=target.password,
-                ssl=target.ssl,
-                health_check_interval=30,
-                **timeouts,
-            )
-        elif target.kind == "cluster":
-            client = redis.cluster.RedisCluster.from_url(target.url, **timeouts)
-        else:
-            client = redis.Redis.from_url(target.url, health_check_interval=30, **timeouts)
+        client, owned = _connect(
+            url,
+            cluster=cluster,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            health_check_interval=30,
+        )
         instance = cls(client, **kwargs)
         instance._owns_client = True
         instance._owned = owned
@@ -643,3 +627,35 @@ class Stampede(Operations):
             self._client.close()
             for owned in self._owned:
                 owned.close()
+
+
+def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:
+    """A redis-py client for ``url``: one server (``redis://``, ``rediss://``,
+    ``unix://``), a Redis Cluster (``redis+cluster://``, or ``cluster=True``) or
+    the master of a Sentinel-watched service (``redis+sentinel://``); see
+    :meth:`Stampede.from_url`. ``options`` go to redis-py (``socket_timeout``
+    and the like). For integrations that build their own client; a bad URL is
+    a :class:`~stampede.ConfigurationError` naming it.
+    """
+    return _connect(url, cluster=cluster, **options)[0]
+
+
+def _connect(url: str, *, cluster: bool = False, **options: Any) -> tuple[Any, list[Any]]:
+    """The client for ``url``, and the other clients made for it (a Sentinel's), to close with it."""
+    target = parse_url(url, cluster=cluster)
+    if target.kind == "sentinel":
+        timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
+        sentinel = redis.sentinel.Sentinel(list(target.sentinels), **timeouts)  # type: ignore[no-untyped-call]
+        master = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
+            target.service,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            ssl=target.ssl,
+            **options,
+        )
+        return master, list(sentinel.sentinels)
+    if target.kind == "cluster":
+        options.pop("health_check_interval", None)  # a cluster client checks its nodes itself
+        return redis.cluster.RedisCluster.from_url(target.url, **options), []
+    return redis.Redis.from_url(target.url, **options), []

@@ -49,7 +49,7 @@ from ._keys import Keys
 from ._options import Options
 from ._urls import parse_url
 
-__all__ = ["Stampede", "for_running_loop"]
+__all__ = ["Stampede", "for_running_loop", "redis_client"]
 
 T = TypeVar("T")
 
@@ -108,29 +108,13 @@ class Stampede(AsyncOperations):
         **kwargs: Any,
     ) -> Stampede:
         """Connect to the Redis at ``url``; see :meth:`stampede.Stampede.from_url`."""
-        target = parse_url(url, cluster=cluster)
-        timeouts: dict[str, Any] = {
-            "socket_timeout": socket_timeout,
-            "socket_connect_timeout": socket_connect_timeout,
-        }
-        owned: list[Any] = []
-        client: Any
-        if target.kind == "sentinel":
-            sentinel = redis.asyncio.sentinel.Sentinel(list(target.sentinels), **timeouts)  # type: ignore[no-untyped-call]
-            owned = list(sentinel.sentinels)
-            client = sentinel.master_for(
-                target.service,
-                db=target.db,
-                username=target.username,
-                password=target.password,
-                ssl=target.ssl,
-                health_check_interval=30,
-                **timeouts,
-            )
-        elif target.kind == "cluster":
-            client = redis.asyncio.cluster.RedisCluster.from_url(target.url, **timeouts)
-        else:
-            client = redis.asyncio.Redis.from_url(target.url, health_check_interval=30, **timeouts)
+        client, owned = _connect(
+            url,
+            cluster=cluster,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_connect_timeout,
+            health_check_interval=30,
+        )
         instance = cls(client, **kwargs)
         instance._owns_client = True
         instance._owned = owned
@@ -617,8 +601,12 @@ def for_running_loop(key: Hashable, factory: Callable[[], Stampede]) -> Stampede
 def _abandon(instance: Stampede) -> None:
     """Close the sockets of an instance whose loop is closed (so cannot be awaited)."""
     for client in (instance.client, *instance.replicas):
-        pool = client.connection_pool
-        for connection in [*pool._available_connections, *pool._in_use_connections]:
+        pool = getattr(client, "connection_pool", None)
+        if pool is not None:
+            connections = [*pool._available_connections, *pool._in_use_connections]
+        else:  # a cluster client: a few connections per node
+            connections = [c for node in client.get_nodes() for c in getattr(node, "_connections", ())]
+        for connection in connections:
             transport: Any = getattr(getattr(connection, "_writer", None), "transport", None)
             sock = getattr(transport, "_sock", None)
             if sock is not None:
@@ -628,3 +616,35 @@ def _abandon(instance: Stampede) -> None:
                 transport._sock = None
                 transport._closing = True
             connection._reader = connection._writer = None
+
+
+def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:
+    """A redis-py client for ``url``: one server (``redis://``, ``rediss://``,
+    ``unix://``), a Redis Cluster (``redis+cluster://``, or ``cluster=True``) or
+    the master of a Sentinel-watched service (``redis+sentinel://``); see
+    :meth:`Stampede.from_url`. ``options`` go to redis-py (``socket_timeout``
+    and the like). For integrations that build their own client; a bad URL is
+    a :class:`~stampede.ConfigurationError` naming it.
+    """
+    return _connect(url, cluster=cluster, **options)[0]
+
+
+def _connect(url: str, *, cluster: bool = False, **options: Any) -> tuple[Any, list[Any]]:
+    """The client for ``url``, and the other clients made for it (a Sentinel's), to close with it."""
+    target = parse_url(url, cluster=cluster)
+    if target.kind == "sentinel":
+        timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
+        sentinel = redis.asyncio.sentinel.Sentinel(list(target.sentinels), **timeouts)  # type: ignore[no-untyped-call]
+        master = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
+            target.service,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            ssl=target.ssl,
+            **options,
+        )
+        return master, list(sentinel.sentinels)
+    if target.kind == "cluster":
+        options.pop("health_check_interval", None)  # a cluster client checks its nodes itself
+        return redis.asyncio.cluster.RedisCluster.from_url(target.url, **options), []
+    return redis.asyncio.Redis.from_url(target.url, **options), []

@@ -18,7 +18,7 @@ import redis
 
 import stampede
 from stampede._keys import KeySpace
-from stampede.testing import RedisServer
+from stampede.testing import RedisCluster, RedisSentinel, RedisServer, find_valkey_server
 from tests.drivers import DRIVERS
 
 _namespaces = itertools.count()
@@ -54,6 +54,22 @@ _SERVER = pytest.StashKey[RedisServer]()
 def redis_url() -> str:
     """The URL of the Redis shared by the suite."""
     return os.environ[_URL_VAR]
+
+
+@pytest.fixture(scope="session", params=["redis", "valkey"])
+def cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
+    """A local Redis Cluster (3 masters, 3 replicas) of Redis 6.2 and of Valkey 8."""
+    binary = find_valkey_server() if request.param == "valkey" else None
+    with RedisCluster(binary=binary) as running:
+        yield running
+
+
+@pytest.fixture(scope="session", params=["redis", "valkey"])
+def sentinel(request: pytest.FixtureRequest) -> Iterator[RedisSentinel]:
+    """A local Sentinel setup (1 master, 1 replica, 3 Sentinels) of Redis 6.2 and of Valkey 8."""
+    binary = find_valkey_server() if request.param == "valkey" else None
+    with RedisSentinel(binary=binary) as running:
+        yield running
 
 
 @pytest.fixture

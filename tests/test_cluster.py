@@ -17,17 +17,10 @@ import redis.cluster
 
 import stampede
 import stampede.asyncio
-from stampede.testing import RedisCluster, find_valkey_server
+from stampede.testing import RedisCluster
 from tests.helpers import Rebuilds, run_threads
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", params=["redis", "valkey"])
-def cluster(request: pytest.FixtureRequest) -> Iterator[RedisCluster]:
-    binary = find_valkey_server() if request.param == "valkey" else None
-    with RedisCluster(binary=binary) as running:
-        yield running
 
 
 @pytest.fixture

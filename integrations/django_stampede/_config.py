@@ -14,6 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 import stampede
+import stampede.asyncio
 
 __all__ = ["CacheConfig", "improperly_configured", "options_of"]
 
@@ -60,8 +61,15 @@ def improperly_configured(exc: stampede.ConfigurationError) -> ImproperlyConfigu
     return _bad(f"OPTIONS[{setting!r}]" if setting else "OPTIONS", f"is invalid: {text}")
 
 
+#: The schemes of a Redis Cluster (any node) and of a Sentinel-watched service
+#: (see stampede.Stampede.from_url): one LOCATION each, never split on commas.
+_SPECIAL = re.compile(r"^rediss?\+(cluster|sentinel)://")
+
+
 def _servers(location: Any) -> tuple[str, ...]:
-    if isinstance(location, str):
+    if isinstance(location, str) and _SPECIAL.match(location.strip()):
+        servers = [location.strip()]
+    elif isinstance(location, str):
         servers = [part.strip() for part in re.split("[;,]", location) if part.strip()]
     elif isinstance(location, (list, tuple)) and all(isinstance(part, str) for part in location):
         servers = list(location)
@@ -70,8 +78,14 @@ def _servers(location: Any) -> tuple[str, ...]:
     if not servers:
         raise _bad("LOCATION", "names no Redis server")
     for url in servers:
-        if not re.match(r"^(redis|rediss|unix)://", url):
-            raise _bad("LOCATION", f"entry {url!r} is not a redis://, rediss:// or unix:// URL")
+        if _SPECIAL.match(url) and len(servers) > 1:
+            raise _bad("LOCATION", f"a cluster or Sentinel URL stands alone, got {location!r}")
+        if not re.match(r"^(rediss?(\+cluster|\+sentinel)?|unix)://", url):
+            raise _bad(
+                "LOCATION",
+                f"entry {url!r} is not a redis://, rediss://, unix://, "
+                "redis+cluster:// or redis+sentinel:// URL",
+            )
     return tuple(servers)
 
 
@@ -176,17 +190,31 @@ class CacheConfig:
             on_event=on_event,
         )
 
-    def sync_client(self, url: str) -> redis.Redis:
+    def sync_client(self, url: str) -> Any:
         options = dict(self.pool_options)
+        if _SPECIAL.match(url):
+            return stampede.redis_client(url, **self._special_options(options))
         pool_class = options.pop("pool_class", None) or redis.ConnectionPool
         return redis.Redis(connection_pool=pool_class.from_url(url, **options))
 
-    def async_client(self, url: str) -> redis.asyncio.Redis:
+    def async_client(self, url: str) -> Any:
         # Pool, parser and connection classes name sync implementations.
         options = {
             k: v for k, v in self.pool_options if k not in ("pool_class", "parser_class", "connection_class")
         }
+        if _SPECIAL.match(url):
+            return stampede.asyncio.redis_client(url, **options)
         return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool.from_url(url, **options))
+
+    @staticmethod
+    def _special_options(options: dict[str, Any]) -> dict[str, Any]:
+        """A cluster's or a Sentinel's clients make their own pools."""
+        for name in ("pool_class", "connection_class", "parser_class"):
+            if options.get(name) is not None:
+                raise _bad(f"OPTIONS[{name.upper()!r}]", "cannot be used with a cluster or Sentinel LOCATION")
+        return {
+            k: v for k, v in options.items() if k not in ("pool_class", "connection_class", "parser_class")
+        }
 
     def core_kwargs(self) -> dict[str, Any]:
         return {

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import redis
 from flask import Flask, g, has_app_context
 from flask_caching.backends.base import BaseCache
 
@@ -87,7 +86,17 @@ class StampedeCache(BaseCache):
             or os.environ.get("STAMPEDE_REDIS_URL")
             or os.environ.get("REDIS_URL")
         )
-        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
+        if not isinstance(url, str) or not url.startswith(
+            (
+                "redis://",
+                "rediss://",
+                "unix://",
+                "redis+cluster://",
+                "rediss+cluster://",
+                "redis+sentinel://",
+                "rediss+sentinel://",
+            )
+        ):
             raise stampede.ConfigurationError(
                 f"flask_stampede: CACHE_REDIS_URL must be a Redis URL, got {url!r}"
             )
@@ -99,7 +108,7 @@ class StampedeCache(BaseCache):
         serializer = build_serializer(options.pop("serializer", "pickle"), "CACHE_OPTIONS['serializer']")
         try:
             core = stampede.Stampede(
-                redis.Redis.from_url(url, **redis_options),
+                stampede.redis_client(url, **redis_options),
                 namespace=options.pop("namespace", "flask-caching"),
                 serializer=serializer,
                 **options,

@@ -79,8 +79,12 @@ class Settings:
             or os.environ.get("STAMPEDE_REDIS_URL")
             or os.environ.get("REDIS_URL")
         )
-        if not isinstance(url, str) or not url.startswith(("redis://", "rediss://", "unix://")):
-            raise _bad("STAMPEDE_REDIS_URL", f"must be a redis://, rediss:// or unix:// URL, got {url!r}")
+        if not isinstance(url, str) or not re.match(r"^(rediss?(\+cluster|\+sentinel)?|unix)://", url):
+            raise _bad(
+                "STAMPEDE_REDIS_URL",
+                "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL, "
+                f"got {url!r}",
+            )
         redis_options = config.get("STAMPEDE_REDIS_OPTIONS", {})
         if not isinstance(redis_options, dict):
             raise _bad("STAMPEDE_REDIS_OPTIONS", f"must be a dict of redis-py options, got {redis_options!r}")

@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-import redis
-import redis.asyncio
 from flask import Flask, Response, copy_current_request_context, current_app, g, request
 
 import stampede
@@ -67,7 +65,7 @@ class _State:
         settings = self.settings
 
         def build() -> stampede.asyncio.Stampede:
-            client = redis.asyncio.Redis.from_url(settings.redis_url, **settings.redis_options)
+            client = stampede.asyncio.redis_client(settings.redis_url, **settings.redis_options)
             return stampede.asyncio.Stampede(
                 client, namespace=settings.namespace, options=settings.options, serializer=settings.serializer
             )
@@ -101,11 +99,14 @@ class Stampede:
         setting) and connect; the connection pool opens lazily."""
         settings = Settings.from_config(app.config)
         try:
-            client = redis.Redis.from_url(settings.redis_url, **settings.redis_options)
-            pool = client.connection_pool
-            pool.connection_class(
-                **pool.connection_kwargs
-            )  # built, not connected nor pooled: checks the options
+            client = stampede.redis_client(settings.redis_url, **settings.redis_options)
+            pool = getattr(client, "connection_pool", None)  # a cluster client has one per node
+            if pool is not None:
+                pool.connection_class(**pool.connection_kwargs)  # built, not connected: checks the options
+        except stampede.ConfigurationError as exc:
+            raise stampede.ConfigurationError(
+                f"flask_stampede: STAMPEDE_REDIS_URL is invalid: {exc}"
+            ) from exc
         except (TypeError, ValueError) as exc:
             raise stampede.ConfigurationError(
                 f"flask_stampede: STAMPEDE_REDIS_OPTIONS is invalid: {exc}"
