@@ -11,10 +11,12 @@ Flask-Caching's timeouts: ``None`` is the default, ``0`` forever.
 from __future__ import annotations
 
 import os
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from flask import Flask, g, has_app_context
 from flask_caching.backends.base import BaseCache
@@ -49,6 +51,64 @@ def _as_cachelib() -> Iterator[None]:
         raise exc.__cause__ from None
 
 
+_SCHEMES = re.compile(r"^(rediss?(\+cluster|\+sentinel)?|unix)://")
+
+
+def _url(config: dict[str, Any]) -> tuple[str, int | None]:
+    """The Redis URL Flask-Caching's settings name, as its ``RedisCache``,
+    ``RedisSentinelCache`` and ``RedisClusterCache`` read them, and the database
+    ``CACHE_REDIS_DB`` names (``None``: the URL's own), which, as in Flask-Caching,
+    a database in the URL's path overrides.
+
+    ``CACHE_REDIS_CLUSTER`` (``"host:port,host:port"``: the first is asked for
+    the others), else ``CACHE_REDIS_SENTINELS`` (``[(host, port), ...]``) with
+    ``CACHE_REDIS_SENTINEL_MASTER``, else ``CACHE_REDIS_URL``, else
+    ``CACHE_REDIS_HOST`` and ``CACHE_REDIS_PORT``, else ``STAMPEDE_REDIS_URL`` or
+    ``REDIS_URL`` from the environment; ``CACHE_REDIS_PASSWORD`` with any of them.
+    """
+    password = config.get("CACHE_REDIS_PASSWORD")
+    if password is not None and not isinstance(password, str):
+        raise _bad("CACHE_REDIS_PASSWORD", f"must be a str, got {type(password).__name__}")
+    auth = f":{quote(password, safe='')}@" if password else ""
+    db = config.get("CACHE_REDIS_DB")
+    if db is not None and (isinstance(db, bool) or not isinstance(db, int) or db < 0):
+        raise _bad("CACHE_REDIS_DB", f"must be a database number, got {db!r}")
+    cluster = config.get("CACHE_REDIS_CLUSTER")
+    if cluster:
+        if not isinstance(cluster, str):
+            raise _bad("CACHE_REDIS_CLUSTER", f'must be "host:port[,host:port...]", got {cluster!r}')
+        if db:
+            raise _bad("CACHE_REDIS_DB", "a Redis Cluster has only database 0")
+        return f"redis+cluster://{auth}{cluster.split(',')[0].strip()}", None
+    sentinels = config.get("CACHE_REDIS_SENTINELS")
+    if sentinels:
+        try:
+            hosts = ",".join(f"{host}:{int(port)}" for host, port in sentinels)
+        except (TypeError, ValueError):
+            raise _bad(
+                "CACHE_REDIS_SENTINELS", f"must be a list of (host, port), got {sentinels!r}"
+            ) from None
+        service = config.get("CACHE_REDIS_SENTINEL_MASTER") or "mymaster"
+        return f"redis+sentinel://{auth}{hosts}/{service}/{db or 0}", None
+    url = config.get("CACHE_REDIS_URL")
+    if url is None and config.get("CACHE_REDIS_HOST"):
+        host, port = config["CACHE_REDIS_HOST"], config.get("CACHE_REDIS_PORT", 6379)
+        if not isinstance(host, str) or isinstance(port, bool) or not isinstance(port, int):
+            raise _bad(
+                "CACHE_REDIS_HOST", f"and CACHE_REDIS_PORT must be a str and an int, got {host!r}, {port!r}"
+            )
+        return f"redis://{auth}{host}:{port}/{db or 0}", None
+    if url is None:
+        url = os.environ.get("STAMPEDE_REDIS_URL") or os.environ.get("REDIS_URL")
+    if not isinstance(url, str) or not _SCHEMES.match(url):
+        raise _bad("CACHE_REDIS_URL", f"must be a Redis URL, got {url!r}")
+    return url, db
+
+
+def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
+    return stampede.ConfigurationError(f"flask_stampede: {setting} {problem}")
+
+
 class StampedeCache(BaseCache):
     """Flask-Caching's cache API on stampede."""
 
@@ -68,10 +128,10 @@ class StampedeCache(BaseCache):
     def factory(
         cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> StampedeCache:
-        """Built by Flask-Caching from ``CACHE_REDIS_URL`` (else ``STAMPEDE_REDIS_URL``
-        or ``REDIS_URL``), ``CACHE_KEY_PREFIX`` and ``CACHE_OPTIONS``, which takes
-        stampede's options in lower case (``stale_ttl``, ``lease_ttl``...) plus
-        ``namespace``, ``serializer`` and ``redis_options``."""
+        """Built by Flask-Caching from its Redis settings (see :func:`_url`),
+        ``CACHE_KEY_PREFIX`` and ``CACHE_OPTIONS``, which takes stampede's options
+        in lower case (``stale_ttl``, ``lease_ttl``...) plus ``namespace``,
+        ``serializer`` and ``redis_options``."""
         options = dict(kwargs)
         default_timeout = options.pop("default_timeout", 300)
         ignore_errors = options.pop("ignore_delete_many_errors", False)
@@ -81,28 +141,11 @@ class StampedeCache(BaseCache):
                 f"flask_stampede: CACHE_OPTIONS[{unknown[0]!r}] is not a known option; the known ones are "
                 + ", ".join(sorted(_CORE_OPTIONS | _OWN_OPTIONS))
             )
-        url = (
-            config.get("CACHE_REDIS_URL")
-            or os.environ.get("STAMPEDE_REDIS_URL")
-            or os.environ.get("REDIS_URL")
-        )
-        if not isinstance(url, str) or not url.startswith(
-            (
-                "redis://",
-                "rediss://",
-                "unix://",
-                "redis+cluster://",
-                "rediss+cluster://",
-                "redis+sentinel://",
-                "rediss+sentinel://",
-            )
-        ):
-            raise stampede.ConfigurationError(
-                f"flask_stampede: CACHE_REDIS_URL must be a Redis URL, got {url!r}"
-            )
+        url, db = _url(config)
         redis_options = {
             "socket_timeout": 5.0,
             "socket_connect_timeout": 5.0,
+            **({} if db is None else {"db": db}),
             **options.pop("redis_options", {}),
         }
         serializer = build_serializer(options.pop("serializer", "pickle"), "CACHE_OPTIONS['serializer']")

@@ -4,13 +4,16 @@ Sentinels, configured by their URL settings alone."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
+import redis
 from flask import Flask
 from flask_caching import Cache
 from flask_stampede import Stampede
 
-from stampede.testing import RedisCluster, RedisSentinel
+import stampede
+from stampede.testing import RedisCluster, RedisSentinel, RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -57,3 +60,62 @@ def test_on_a_cluster(cluster: RedisCluster, namespace: str) -> None:
 
 def test_behind_sentinels(sentinel: RedisSentinel, namespace: str) -> None:
     check(sentinel.url, namespace)
+
+
+def flask_caching(config: dict[str, Any]) -> tuple[Flask, Cache]:
+    app = Flask(__name__)
+    app.config.update(CACHE_TYPE="flask_stampede.StampedeCache", **config)
+    return app, Cache(app)
+
+
+def test_flask_caching_sentinel_settings(sentinel: RedisSentinel, namespace: str) -> None:
+    app, cache = flask_caching(
+        {
+            "CACHE_REDIS_SENTINELS": sentinel.sentinel_addresses,
+            "CACHE_REDIS_SENTINEL_MASTER": sentinel.service,
+            "CACHE_KEY_PREFIX": f"{namespace}:",
+        }
+    )
+    with app.app_context():
+        cache.set("k", "v")
+        assert cache.get("k") == "v"
+
+
+def test_flask_caching_cluster_settings(cluster: RedisCluster, namespace: str) -> None:
+    nodes = ",".join(f"127.0.0.1:{node.port}" for node in cluster.nodes[:3])
+    app, cache = flask_caching({"CACHE_REDIS_CLUSTER": nodes, "CACHE_KEY_PREFIX": f"{namespace}:"})
+    with app.app_context():
+        cache.set_many({f"k{i}": i for i in range(10)})
+        assert cache.get_many(*[f"k{i}" for i in range(10)]) == list(range(10))
+
+
+@pytest.mark.parametrize("by", ["host and port", "url"])
+def test_flask_caching_host_port_and_db_are_honoured(server: RedisServer, namespace: str, by: str) -> None:
+    config: dict[str, Any] = {"CACHE_REDIS_DB": 1, "CACHE_KEY_PREFIX": f"{namespace}:"}
+    if by == "url":
+        # No database in the URL: CACHE_REDIS_DB names it, as Flask-Caching reads them.
+        config["CACHE_REDIS_URL"] = f"redis://127.0.0.1:{server.port}"
+    else:
+        config.update(CACHE_REDIS_HOST="127.0.0.1", CACHE_REDIS_PORT=server.port)
+    app, cache = flask_caching(config)
+    with app.app_context():
+        cache.set("k", "v")
+        assert cache.get("k") == "v"
+    with redis.Redis(port=server.port, db=1) as db1, redis.Redis(port=server.port, db=0) as db0:
+        assert db1.dbsize() >= 1
+        assert db0.dbsize() == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "setting"),
+    [
+        ({"CACHE_REDIS_DB": "1", "CACHE_REDIS_URL": "redis://h/0"}, "CACHE_REDIS_DB"),
+        ({"CACHE_REDIS_CLUSTER": "h:7000", "CACHE_REDIS_DB": 2}, "CACHE_REDIS_DB"),
+        ({"CACHE_REDIS_SENTINELS": ["h"]}, "CACHE_REDIS_SENTINELS"),
+        ({"CACHE_REDIS_HOST": "h", "CACHE_REDIS_PORT": "6379"}, "CACHE_REDIS_HOST"),
+        ({"CACHE_REDIS_URL": "http://h"}, "CACHE_REDIS_URL"),
+    ],
+)
+def test_flask_caching_settings_that_cannot_work_are_named(config: dict[str, Any], setting: str) -> None:
+    with pytest.raises(stampede.ConfigurationError, match=setting):
+        flask_caching(config)
