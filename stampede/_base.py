@@ -41,6 +41,29 @@ __all__ = [
 _WRITES = frozenset({"add", "commit", "incr", "invalidate", "touch", "write"})
 
 
+#: The error codes redis-py takes off the replies it turns into these classes.
+_ERROR_CODES = {
+    redis.exceptions.MovedError: "MOVED",
+    redis.exceptions.AskError: "ASK",
+    redis.exceptions.TryAgainError: "TRYAGAIN",
+    redis.exceptions.ClusterDownError: "CLUSTERDOWN",
+    redis.exceptions.ReadOnlyError: "READONLY",
+    redis.exceptions.NoPermissionError: "NOPERM",
+    redis.exceptions.MasterDownError: "MASTERDOWN",
+    redis.exceptions.BusyLoadingError: "LOADING",
+    redis.exceptions.OutOfMemoryError: "OOM",
+    redis.exceptions.NoScriptError: "NOSCRIPT",
+}
+
+
+def server_words(exc: BaseException) -> str:
+    """``exc``'s message with the server's error code put back in front
+    (``MOVED 7786 127.0.0.1:7001``, not ``7786 127.0.0.1:7001``)."""
+    text = str(exc)
+    code = next((code for kind, code in _ERROR_CODES.items() if isinstance(exc, kind)), None)
+    return f"{code} {text}" if code and not text.startswith(code) else text
+
+
 class _Unset:
     def __repr__(self) -> str:
         return "<default>"
@@ -282,7 +305,7 @@ class StampedeBase:
             # route a command, a refused pipeline): a Redis failure all the same.
             self._emit_named(name, EventKind.REDIS_ERROR, error=exc)
             where = f" for key {name!r}" if name else ""
-            raise RedisUnavailableError(f"Redis failed to {action}{where}: {exc}") from exc
+            raise RedisUnavailableError(f"Redis failed to {action}{where}: {server_words(exc)}") from exc
 
     # --- reading ------------------------------------------------------------
 

@@ -167,3 +167,19 @@ async def test_an_asyncio_url_alone_can_name_a_cluster(cluster: RedisCluster, na
 def test_a_cluster_url_that_cannot_work_is_refused_naming_it(url: str, message: str) -> None:
     with pytest.raises(stampede.ConfigurationError, match=message):
         stampede.Stampede.from_url(url)
+
+
+def test_errors_keep_the_servers_words(cluster: RedisCluster, namespace: str) -> None:
+    # A plain client pointed at one node of a cluster, as a single URL gives:
+    # a key of another node's slot answers MOVED, and the message says so.
+    plain = redis.Redis.from_url(cluster.url, socket_timeout=5)
+    sf = stampede.Stampede(plain, namespace=namespace)
+    moved = []
+    for i in range(20):
+        try:
+            sf.set(f"k{i}", i, ttl=60)
+        except stampede.RedisUnavailableError as exc:
+            moved.append(str(exc))
+    assert moved
+    assert all("MOVED" in message for message in moved), moved
+    plain.close()
