@@ -11,9 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
 
 import redis
-import redis.cluster
 import redis.exceptions
-import redis.sentinel
 
 from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, on_event_loop_thread
 from ._cached import CachedFunction, key_builder
@@ -39,7 +37,7 @@ from ._keys import Keys
 from ._operations import Operations
 from ._options import Options
 from ._subscriber import subscriber_for
-from ._urls import parse_url
+from ._urls import connect
 
 __all__ = ["Stampede", "redis_client"]
 
@@ -155,8 +153,9 @@ class Stampede(Operations):
         Socket timeouts are set so that an unresponsive Redis raises
         :class:`~stampede.RedisUnavailableError` instead of hanging.
         """
-        client, owned = _connect(
+        client, owned = connect(
             url,
+            asynchronous=False,
             cluster=cluster,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
@@ -637,25 +636,4 @@ def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:
     and the like). For integrations that build their own client; a bad URL is
     a :class:`~stampede.ConfigurationError` naming it.
     """
-    return _connect(url, cluster=cluster, **options)[0]
-
-
-def _connect(url: str, *, cluster: bool = False, **options: Any) -> tuple[Any, list[Any]]:
-    """The client for ``url``, and the other clients made for it (a Sentinel's), to close with it."""
-    target = parse_url(url, cluster=cluster)
-    if target.kind == "sentinel":
-        timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
-        sentinel = redis.sentinel.Sentinel(list(target.sentinels), **timeouts)  # type: ignore[no-untyped-call]
-        master = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
-            target.service,
-            db=target.db,
-            username=target.username,
-            password=target.password,
-            ssl=target.ssl,
-            **options,
-        )
-        return master, list(sentinel.sentinels)
-    if target.kind == "cluster":
-        options.pop("health_check_interval", None)  # a cluster client checks its nodes itself
-        return redis.cluster.RedisCluster.from_url(target.url, **options), []
-    return redis.Redis.from_url(target.url, **options), []
+    return connect(url, asynchronous=False, cluster=cluster, **options)[0]

@@ -1,4 +1,5 @@
-"""What a Redis URL names: one server, a Redis Cluster, or a service that Sentinels watch.
+"""What a Redis URL names (one server, a Redis Cluster, or a service that
+Sentinels watch), and the redis-py client for it, blocking or asyncio.
 
 - ``redis://``, ``rediss://``, ``unix://``: one server, as redis-py reads it.
 - ``redis+cluster://host:port`` (``rediss+cluster://``): a Redis Cluster, by
@@ -15,12 +16,19 @@ So a URL alone (``STAMPEDE_REDIS_URL``) can say which, and a mistake is a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import unquote
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.sentinel
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["Target", "parse_url"]
+__all__ = ["Target", "connect", "parse_url"]
 
 _CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 _SENTINEL = {"redis+sentinel": False, "rediss+sentinel": True}
@@ -95,3 +103,33 @@ def _sentinel(url: str, rest: str, *, ssl: bool) -> Target:
         password=password,
         ssl=ssl,
     )
+
+
+#: redis-py's server, cluster and Sentinel classes: blocking, and asyncio.
+_CLASSES: dict[bool, tuple[Any, Any, Any]] = {
+    False: (redis.Redis, redis.cluster.RedisCluster, redis.sentinel.Sentinel),
+    True: (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster, redis.asyncio.sentinel.Sentinel),
+}
+
+
+def connect(url: str, *, asynchronous: bool, cluster: bool = False, **options: Any) -> tuple[Any, list[Any]]:
+    """The client for ``url`` (``options`` go to redis-py), and the other clients
+    made for it (a Sentinel's), to close with it. Connects lazily, as redis-py does."""
+    server, cluster_class, sentinel_class = _CLASSES[asynchronous]
+    target = parse_url(url, cluster=cluster)
+    if target.kind == "sentinel":
+        timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
+        sentinel = sentinel_class(list(target.sentinels), **timeouts)
+        master = sentinel.master_for(
+            target.service,
+            db=target.db,
+            username=target.username,
+            password=target.password,
+            ssl=target.ssl,
+            **options,
+        )
+        return master, list(sentinel.sentinels)
+    if target.kind == "cluster":
+        options.pop("health_check_interval", None)  # a cluster client checks its nodes itself
+        return cluster_class.from_url(target.url, **options), []
+    return server.from_url(target.url, **options), []

@@ -18,8 +18,6 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Hashable
 from typing import Any, TypeVar, cast
 
 import redis.asyncio
-import redis.asyncio.cluster
-import redis.asyncio.sentinel
 import redis.exceptions
 
 from ._aoperations import AsyncOperations
@@ -47,7 +45,7 @@ from ._flow import (
 )
 from ._keys import Keys
 from ._options import Options
-from ._urls import parse_url
+from ._urls import connect
 
 __all__ = ["Stampede", "for_running_loop", "redis_client"]
 
@@ -108,8 +106,9 @@ class Stampede(AsyncOperations):
         **kwargs: Any,
     ) -> Stampede:
         """Connect to the Redis at ``url``; see :meth:`stampede.Stampede.from_url`."""
-        client, owned = _connect(
+        client, owned = connect(
             url,
+            asynchronous=True,
             cluster=cluster,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
@@ -600,12 +599,15 @@ def for_running_loop(key: Hashable, factory: Callable[[], Stampede]) -> Stampede
 
 def _abandon(instance: Stampede) -> None:
     """Close the sockets of an instance whose loop is closed (so cannot be awaited)."""
-    for client in (instance.client, *instance.replicas):
+    for client in _clients_of(instance):
         pool = getattr(client, "connection_pool", None)
         if pool is not None:
             connections = [*pool._available_connections, *pool._in_use_connections]
-        else:  # a cluster client: a few connections per node
-            connections = [c for node in client.get_nodes() for c in getattr(node, "_connections", ())]
+        else:  # a cluster client: a few connections per node, the first it asked included
+            manager = client.nodes_manager
+            nodes = {id(node): node for node in (*manager.startup_nodes.values(), *client.get_nodes())}
+            connections = [c for node in nodes.values() for c in getattr(node, "_connections", ())]
+            client._initialize = True  # what its aclose() records: it is closed, not leaked
         for connection in connections:
             transport: Any = getattr(getattr(connection, "_writer", None), "transport", None)
             sock = getattr(transport, "_sock", None)
@@ -618,6 +620,16 @@ def _abandon(instance: Stampede) -> None:
             connection._reader = connection._writer = None
 
 
+def _clients_of(instance: Stampede) -> list[Any]:
+    """Every client an instance talks through: its own, its replicas, and the
+    Sentinels a Sentinel-managed pool asks."""
+    clients = [instance.client, *instance.replicas]
+    for client in list(clients):
+        manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+        clients.extend(getattr(manager, "sentinels", ()))
+    return clients
+
+
 def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:
     """A redis-py client for ``url``: one server (``redis://``, ``rediss://``,
     ``unix://``), a Redis Cluster (``redis+cluster://``, or ``cluster=True``) or
@@ -626,25 +638,4 @@ def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:
     and the like). For integrations that build their own client; a bad URL is
     a :class:`~stampede.ConfigurationError` naming it.
     """
-    return _connect(url, cluster=cluster, **options)[0]
-
-
-def _connect(url: str, *, cluster: bool = False, **options: Any) -> tuple[Any, list[Any]]:
-    """The client for ``url``, and the other clients made for it (a Sentinel's), to close with it."""
-    target = parse_url(url, cluster=cluster)
-    if target.kind == "sentinel":
-        timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
-        sentinel = redis.asyncio.sentinel.Sentinel(list(target.sentinels), **timeouts)  # type: ignore[no-untyped-call]
-        master = sentinel.master_for(  # type: ignore[no-untyped-call, unused-ignore]
-            target.service,
-            db=target.db,
-            username=target.username,
-            password=target.password,
-            ssl=target.ssl,
-            **options,
-        )
-        return master, list(sentinel.sentinels)
-    if target.kind == "cluster":
-        options.pop("health_check_interval", None)  # a cluster client checks its nodes itself
-        return redis.asyncio.cluster.RedisCluster.from_url(target.url, **options), []
-    return redis.asyncio.Redis.from_url(target.url, **options), []
+    return connect(url, asynchronous=True, cluster=cluster, **options)[0]

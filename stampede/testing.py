@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
@@ -205,7 +205,41 @@ class RedisServer:
         self.close()
 
 
-class RedisCluster:
+_S = TypeVar("_S", bound="_Servers")
+
+
+class _Servers:
+    """What a set of :class:`RedisServer` processes started together shares:
+    stopping, closing, and ``with`` (which starts them)."""
+
+    def _servers(self) -> list[RedisServer]:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 30.0) -> _Servers:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        for server in self._servers():
+            server.stop()
+
+    def close(self) -> None:
+        for server in self._servers():
+            server.close()
+
+    def __enter__(self: _S) -> _S:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class RedisCluster(_Servers):
     """A local Redis Cluster of :class:`RedisServer` nodes: ``masters`` masters,
     each with ``replicas`` replicas, every slot assigned, all in sync.
 
@@ -270,27 +304,11 @@ class RedisCluster:
                 client.close()
         return self
 
-    def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
-
-    def close(self) -> None:
-        for node in self.nodes:
-            node.close()
-
-    def __enter__(self) -> RedisCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _servers(self) -> list[RedisServer]:
+        return self.nodes
 
 
-class RedisSentinel:
+class RedisSentinel(_Servers):
     """A local Sentinel setup: a master, ``replicas`` replicas and ``sentinels``
     Sentinels (quorum: a majority) watching it as ``service``.
 
@@ -360,24 +378,8 @@ class RedisSentinel:
         others = _command(client, "SENTINEL SENTINELS", self.service)
         return len(replicas) == len(self.replicas) and len(others) == len(self.sentinels) - 1
 
-    def stop(self) -> None:
-        for server in (*self.sentinels, *self.replicas, self.master):
-            server.stop()
-
-    def close(self) -> None:
-        for server in (*self.sentinels, *self.replicas, self.master):
-            server.close()
-
-    def __enter__(self) -> RedisSentinel:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _servers(self) -> list[RedisServer]:
+        return [*self.sentinels, *self.replicas, self.master]  # the watchers first
 
 
 def _cluster_ports(count: int) -> list[int]:

