@@ -12,8 +12,10 @@ from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 import redis.asyncio.cluster
+import redis.asyncio.sentinel
 import redis.cluster
 import redis.exceptions
+import redis.sentinel
 
 from . import _scripts
 from ._envelope import FRESH_UNTIL_OFFSET, HEADER, INT_CODEC, MAGIC, CorruptEntryError, Entry, decode, encode
@@ -54,6 +56,31 @@ _ERROR_CODES = {
     redis.exceptions.OutOfMemoryError: "OOM",
     redis.exceptions.NoScriptError: "NOSCRIPT",
 }
+
+
+#: The connection settings a Sentinel-managed master's replicas are read with.
+_CONNECTION_SETTINGS = (
+    "db",
+    "username",
+    "password",
+    "credential_provider",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "socket_keepalive_options",
+    "retry_on_timeout",
+    "health_check_interval",
+    "client_name",
+    *(f"ssl_{name}" for name in ("keyfile", "certfile", "cert_reqs", "ca_certs", "ca_data", "ca_path")),
+    *(f"ssl_{name}" for name in ("check_hostname", "password", "min_version", "ciphers")),
+)
+
+
+def _sentinel_pool(client: Any) -> Any:
+    """The Sentinel-managed pool of ``client`` (a master), or ``None``."""
+    pool = getattr(client, "connection_pool", None)
+    kinds = (redis.sentinel.SentinelConnectionPool, redis.asyncio.sentinel.SentinelConnectionPool)
+    return pool if isinstance(pool, kinds) and pool.is_master else None
 
 
 def server_words(exc: BaseException) -> str:
@@ -200,6 +227,12 @@ class StampedeBase:
         # Redis Cluster clients route each key's commands to its node, but
         # take no scripts in a pipeline.
         self._cluster = isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+        # A Sentinel-managed master's pool: its Sentinels know the replicas.
+        self._sentinel_pool = _sentinel_pool(client)
+        # Whether a failed primary is replaced (a failover) rather than gone.
+        self._fails_over = self._cluster or self._sentinel_pool is not None
+        # Clients this instance made to read replicas while a primary fails.
+        self._standby: dict[str, Any] = {}
         # Plain reads (the first GET, get, get_many, has_key) may go to a
         # replica; leases, writes and waits always use the primary.
         self._replicas = tuple(replicas)
@@ -216,6 +249,35 @@ class StampedeBase:
         # Replaced after every write: reads sent before it are not shared after it.
         self._epoch = object()
         self._flights: Flights[Any]  # each driver's, with its own kind of event
+
+    def _standbys(self, name: bytes) -> list[tuple[Any, bool]]:
+        """The clients that may hold a copy of ``name`` when its primary fails,
+        each with whether it needs READONLY first (a cluster replica)."""
+        if self._cluster:
+            client = self._client
+            nodes = client.nodes_manager.slots_cache.get(client.keyslot(name)) or ()
+            return [(self._node_client(node), True) for node in nodes[1:]]
+        pool = self._sentinel_pool
+        if pool is not None:
+            standby = self._standby.get("sentinel")
+            if standby is None:
+                # Connects lazily: a client made by a thread that loses the
+                # race below holds no socket.
+                kwargs = pool.connection_kwargs
+                standby = self._standby.setdefault(
+                    "sentinel",
+                    pool.sentinel_manager.slave_for(
+                        pool.service_name,
+                        connection_class=pool.connection_class,
+                        **{key: kwargs[key] for key in _CONNECTION_SETTINGS if key in kwargs},
+                    ),
+                )
+            return [(standby, False)]
+        return [(replica, False) for replica in self._replicas]
+
+    def _node_client(self, node: Any) -> Any:
+        """A client of one cluster node (each driver knows its cluster's kind)."""
+        raise NotImplementedError
 
     def _reader(self) -> Any:
         replicas = self._replicas
@@ -367,6 +429,7 @@ class StampedeBase:
             lambda raw: self._decode(keys, raw),
             self._clock,
             emit,
+            fails_over=self._fails_over,
             **kwargs,
         )
 

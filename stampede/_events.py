@@ -30,6 +30,8 @@ class EventKind(str, enum.Enum):
     CORRUPT = "corrupt"  #: data under the key was not readable; treated as a miss
     REDIS_ERROR = "redis_error"  #: a Redis command failed (``error``)
     FAIL_OPEN = "fail_open"  #: Redis failed, so the rebuild ran without it
+    #: the primary failed (a failover, say), so a replica's copy was served
+    REPLICA_HIT = "replica_hit"
     #: a blocking call on an event loop's thread found the key being rebuilt
     #: elsewhere: it did not wait (that would freeze the loop), it rebuilt alone
     NO_WAIT = "no_wait"

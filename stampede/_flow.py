@@ -38,7 +38,9 @@ __all__ = [
     "Rebuilt",
     "Refused",
     "Release",
+    "Reread",
     "Sleep",
+    "Standby",
     "Wait",
     "Waited",
     "new_token",
@@ -178,7 +180,21 @@ class Sleep:
     seconds: float
 
 
-Op = Acquire | Rebuild | Commit | Release | Wait | Sleep
+@dataclass(frozen=True, slots=True)
+class Reread:
+    """Read the key from the primary again. Result: its raw bytes, or ``None``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Standby:
+    """Read the key from a replica, the primary having failed. Result: its raw
+    bytes, or ``None`` when no replica has it or none answers (never raises)."""
+
+
+Op = Acquire | Rebuild | Commit | Release | Wait | Sleep | Reread | Standby
+
+#: The longest pause between two tries of a primary that is failing over.
+FAILOVER_BACKOFF = 0.5
 
 #: How long a waiter that found a lease gone without a value gives the
 #: release announcement to arrive, to tell a release from an expiry.
@@ -237,6 +253,10 @@ class Flow:
             loop (and the very coroutine holding the lease).
         deadline: the monotonic time at which waiting ends, if the caller
             already waited before this flow began.
+        fails_over: the primary can be replaced (a Redis Cluster, a
+            Sentinel-managed master): when it fails, a replica's value is
+            served, and a caller with nothing to serve tries the primary
+            again until ``wait_timeout`` (a promotion) rather than fail at once.
     """
 
     def __init__(
@@ -252,6 +272,7 @@ class Flow:
         take_over: bool = True,
         can_wait: bool = True,
         deadline: float | None = None,
+        fails_over: bool = False,
     ) -> None:
         self.keys = keys
         self.options = options
@@ -263,6 +284,7 @@ class Flow:
         self.take_over = take_over
         self.can_wait = can_wait
         self.deadline = deadline
+        self.fails_over = fails_over
         self.committed = False  # set by settle(): whether a rebuilt value was stored
         self.won_at: str | None = None  # the server's clock when this flow won its lease
         # Its rebuild lost to a newer write (the commit was refused): its value
@@ -273,7 +295,10 @@ class Flow:
         """Serve, refresh or rebuild the key; returns the value or raises."""
         try:
             if lookup.error is not None:
-                raise lookup.error
+                found = yield from self._through_failover(lookup.error)
+                if isinstance(found, Entry):
+                    return found.value
+                lookup = found
             if lookup.entry is not None:
                 outcome = yield from self._refresh(lookup.entry)
             else:
@@ -296,6 +321,49 @@ class Flow:
         if error is not None:
             raise error
         return value
+
+    def _through_failover(self, error: RedisUnavailableError) -> Generator[Op, Any, Entry | Lookup]:
+        """The first read failed: a replica's value to serve, or (where the
+        primary can fail over) what the primary has once it answers again."""
+        entry = self.decode((yield Standby()))
+        if entry is not None:
+            # stale-if-error from a replica: whatever it holds is no older than
+            # what this caller could have had, and beats an error.
+            logger.info("Redis failed reading %r; serving a replica's value: %s", self.keys.name, error)
+            self.emit(EventKind.REPLICA_HIT)
+            return entry
+        if not self.fails_over or self.options.fail_open:
+            raise error
+        raw = yield from self._until_primary(Reread(), error)
+        entry = self.decode(raw)
+        if entry is not None and entry.is_fresh(self.clock.time()):
+            self.emit(EventKind.HIT)
+            return entry
+        return Lookup(entry)
+
+    def _until_primary(self, op: Op, error: RedisUnavailableError) -> Generator[Op, Any, Any]:
+        """Run ``op`` until the primary answers (a failover promoted a replica),
+        for at most the caller's waiting time; raise the last error after."""
+        if self.deadline is None:
+            self.deadline = self.clock.monotonic() + self.options.wait_timeout
+        pause = 0.05
+        while True:
+            pause = yield from self._pause_for_failover(error, self.deadline, pause)
+            try:
+                return (yield op)
+            except RedisUnavailableError as exc:
+                error = exc
+
+    def _pause_for_failover(
+        self, error: RedisUnavailableError, deadline: float, pause: float
+    ) -> Generator[Op, Any, float]:
+        """After ``error``: raise it where the primary cannot fail over (or
+        ``fail_open`` was chosen, or time is up); else sleep before the next
+        try and return the pause after that one."""
+        if not self.fails_over or self.options.fail_open or self.clock.monotonic() + pause >= deadline:
+            raise error
+        yield Sleep(pause)
+        return min(pause * 2, FAILOVER_BACKOFF)
 
     def after_wait_timeout(self) -> Generator[Op, Any, Any]:
         """What a caller does once it has waited ``wait_timeout`` in vain."""
@@ -362,9 +430,14 @@ class Flow:
         if deadline is None:
             deadline = clock.monotonic() + self.options.wait_timeout
         unusable: bytes | None = None
+        pause = 0.05  # between tries of a primary that is failing over
         while True:
             token = new_token()
-            acquired = yield from self._acquire(token)
+            try:
+                acquired = yield from self._acquire(token)
+            except RedisUnavailableError as exc:
+                pause = yield from self._pause_for_failover(exc, deadline, pause)
+                continue
             if acquired.won:
                 self.emit(EventKind.LEASE_WON)
                 landed = self.decode(acquired.current)
@@ -379,7 +452,11 @@ class Flow:
             remaining = deadline - clock.monotonic()
             if remaining > 0:
                 started = clock.monotonic()
-                waited: Waited = yield Wait(remaining, acquired.lease_pttl, unusable)
+                try:
+                    waited: Waited = yield Wait(remaining, acquired.lease_pttl, unusable)
+                except RedisUnavailableError as exc:
+                    pause = yield from self._pause_for_failover(exc, deadline, pause)
+                    continue
                 self.emit(EventKind.WAIT, duration=clock.monotonic() - started)
                 landed = self.decode(waited.raw)
                 if landed is not None:

@@ -17,6 +17,7 @@ import redis.exceptions
 
 from ._base import UNSET, StampedeBase
 from ._envelope import Entry
+from ._events import EventKind, logger
 from ._exceptions import ConfigurationError
 from ._keys import Keys
 
@@ -33,19 +34,48 @@ class Operations(StampedeBase):
     def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         raise NotImplementedError
 
+    def _reread(self, keys: Keys) -> bytes | None:
+        """GET the value from the primary, errors translated."""
+        with self._redis_errors(keys.name, "read"):
+            raw: bytes | None = self._client.get(keys.value)
+            return raw
+
+    def _standby_get(self, keys: Keys) -> bytes | None:
+        """The value as a replica holds it, for when the primary fails: the
+        first replica that answers, or ``None`` (no replica, none answers)."""
+        for client, readonly in self._standbys(keys.value):
+            try:
+                if readonly:
+                    with client.pipeline(transaction=False) as pipe:
+                        pipe.execute_command("READONLY")
+                        pipe.get(keys.value)
+                        raw = (pipe.execute())[1]
+                else:
+                    raw = client.get(keys.value)
+            except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
+                logger.debug("replica read of %r failed: %s", keys.name, exc)
+                continue
+            return raw  # type: ignore[no-any-return]
+        return None
+
     def get(self, key: str | bytes) -> Entry | None:
         """The stored entry of ``key`` (value, freshness, age), or ``None``.
 
-        A plain read: no lease, no rebuild, no waiting.
+        A plain read: no lease, no rebuild, no waiting. When the primary
+        fails, a replica's copy is returned if one answers.
         """
         keys = self._keys(key)
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._read_failed(keys, exc)
-            if lookup.error is not None:
+            if lookup.error is None:
+                return None
+            entry = self._decode(keys, self._standby_get(keys))
+            if entry is None:
                 raise lookup.error from exc
-            return None
+            self._emit(keys, EventKind.REPLICA_HIT)
+            return entry
         return self._decode(keys, raw)
 
     def set(

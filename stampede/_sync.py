@@ -27,7 +27,9 @@ from ._flow import (
     Rebuild,
     Rebuilt,
     Release,
+    Reread,
     Sleep,
+    Standby,
     Wait,
     Waited,
     renew_interval,
@@ -378,6 +380,10 @@ class Stampede(Operations):
         if isinstance(op, Sleep):
             time.sleep(op.seconds)
             return None
+        if isinstance(op, Standby):
+            return self._standby_get(keys)
+        if isinstance(op, Reread):
+            return self._reread(keys)
         script, args = self._op_call(op, keys, options)
         if isinstance(op, Release) and op.detached:
             self._release_in_background(keys, args, options)
@@ -435,6 +441,23 @@ class Stampede(Operations):
         duration = self._clock.monotonic() - started
         lost = watchdog.stop() if watchdog is not None else False
         return Rebuilt(value, error, duration, lost)
+
+    def _node_client(self, node: Any) -> Any:
+        # Not the cluster's own client of the node: the cluster forgets those
+        # when its topology changes, without closing them. One made as the
+        # cluster makes its connections, kept for the next failover.
+        client = self._standby.get(node.name)
+        if client is None:
+            template = self._client.get_redis_connection(self._client.get_default_node()).connection_pool
+            pool = redis.ConnectionPool(
+                connection_class=template.connection_class,
+                **{**template.connection_kwargs, "host": node.host, "port": node.port},
+            )
+            made = redis.Redis.from_pool(pool)  # closes the pool with it
+            client = self._standby.setdefault(node.name, made)  # atomic: one per node
+            if client is not made:
+                made.close()
+        return client
 
     def _wait(self, op: Wait, keys: Keys) -> Waited:
         # Woken through the process's one subscriber: waiting holds no pool
@@ -621,6 +644,9 @@ class Stampede(Operations):
             executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=True)
+        for standby in self._standby.values():
+            standby.close()
+        self._standby.clear()
         if self._owns_client:
             self._subscriber.close()
             self._client.close()

@@ -2,8 +2,8 @@
 Sentinels watch), and the redis-py client for it, blocking or asyncio.
 
 - ``redis://``, ``rediss://``, ``unix://``: one server, as redis-py reads it.
-- ``redis+cluster://host:port`` (``rediss+cluster://``): a Redis Cluster, by
-  any of its nodes; database 0 only.
+- ``redis+cluster://host:port[,host:port...]`` (``rediss+cluster://``): a
+  Redis Cluster, by any of its nodes (the first that answers); database 0 only.
 - ``redis+sentinel://[user:password@]host:port[,host:port...]/service[/db]``
   (``rediss+sentinel://``: TLS to the servers): the master of ``service``, as
   the Sentinels at those addresses report it (port 26379 if left out). The
@@ -42,6 +42,7 @@ class Target:
 
     kind: Literal["server", "cluster", "sentinel"]
     url: str = ""
+    #: The Sentinels' addresses; for a cluster, its startup nodes besides ``url``'s.
     sentinels: tuple[tuple[str, int], ...] = ()
     service: str = ""
     db: int = 0
@@ -64,7 +65,17 @@ def parse_url(url: str, *, cluster: bool = False) -> Target:
     path = rest.split("?", 1)[0].split("/", 1)
     if len(path) == 2 and path[1] not in ("", "0"):
         raise ConfigurationError(f"a Redis Cluster has only database 0; the url names {path[1]!r}: {url!r}")
-    return Target("cluster", f"{plain or scheme}://{rest}")
+    # More startup nodes, comma-separated: any of them that answers will do.
+    location, tail = path[0], rest[len(path[0]) :]
+    credentials, at, hosts = location.rpartition("@")
+    first, *others = hosts.split(",")
+    nodes = []
+    for address in others:
+        host, _, port = address.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigurationError(f"a cluster node in {url!r} must be host:port, got {address!r}")
+        nodes.append((host, int(port)))
+    return Target("cluster", f"{plain or scheme}://{credentials}{at}{first}{tail}", sentinels=tuple(nodes))
 
 
 def _sentinel(url: str, rest: str, *, ssl: bool) -> Target:
@@ -131,5 +142,8 @@ def connect(url: str, *, asynchronous: bool, cluster: bool = False, **options: A
         return master, list(sentinel.sentinels)
     if target.kind == "cluster":
         options.pop("health_check_interval", None)  # a cluster client checks its nodes itself
+        if target.sentinels:
+            node_class = redis.asyncio.cluster.ClusterNode if asynchronous else redis.cluster.ClusterNode
+            options["startup_nodes"] = [node_class(host, port) for host, port in target.sentinels]
         return cluster_class.from_url(target.url, **options), []
     return server.from_url(target.url, **options), []

@@ -37,7 +37,9 @@ from ._flow import (
     Rebuild,
     Rebuilt,
     Release,
+    Reread,
     Sleep,
+    Standby,
     Wait,
     Waited,
     renew_interval,
@@ -317,6 +319,10 @@ class Stampede(AsyncOperations):
         if isinstance(op, Sleep):
             await asyncio.sleep(op.seconds)
             return None
+        if isinstance(op, Standby):
+            return await self._standby_get(keys)
+        if isinstance(op, Reread):
+            return await self._reread(keys)
         script, args = self._op_call(op, keys, options)
         if isinstance(op, Release) and op.detached:
             self._detach(self._release_until_answered(keys, args, options), "stampede-release")
@@ -409,6 +415,17 @@ class Stampede(AsyncOperations):
         if inspect.isawaitable(value):  # a plain callable that returned a coroutine
             value = await value
         return value
+
+    def _node_client(self, node: Any) -> Any:
+        # An asyncio cluster node has no client of its own to lend: one made
+        # as the node makes its connections, kept for the next failover.
+        client = self._standby.get(node.name)
+        if client is None:
+            pool = redis.asyncio.ConnectionPool(
+                connection_class=node.connection_class, **node.connection_kwargs
+            )
+            client = self._standby[node.name] = redis.asyncio.Redis.from_pool(pool)  # closes it
+        return client
 
     async def _wait(self, op: Wait, keys: Keys) -> Waited:
         # See stampede.Stampede._wait: one subscriber per loop and client.
@@ -563,6 +580,10 @@ class Stampede(AsyncOperations):
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._subscriber.aclose()
+        standbys = list(self._standby.values())
+        self._standby.clear()
+        for standby in standbys:
+            await standby.aclose()
         if self._owns_client:
             await self._client.aclose()
             for owned in self._owned:
@@ -623,7 +644,7 @@ def _abandon(instance: Stampede) -> None:
 def _clients_of(instance: Stampede) -> list[Any]:
     """Every client an instance talks through: its own, its replicas, and the
     Sentinels a Sentinel-managed pool asks."""
-    clients = [instance.client, *instance.replicas]
+    clients = [instance.client, *instance.replicas, *instance._standby.values()]
     for client in list(clients):
         manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
         clients.extend(getattr(manager, "sentinels", ()))

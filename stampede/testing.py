@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
+from redis.crc import key_slot
 
 from ._exceptions import ConfigurationError
 
@@ -34,6 +35,7 @@ __all__ = [
     "RedisCluster",
     "RedisSentinel",
     "RedisServer",
+    "SlotMigration",
     "find_redis_server",
     "find_valkey_server",
 ]
@@ -215,6 +217,18 @@ class _Servers:
     def _servers(self) -> list[RedisServer]:
         raise NotImplementedError
 
+    def _masters(self) -> list[RedisServer]:
+        raise NotImplementedError
+
+    def in_sync(self) -> bool:
+        """Whether every replica has all its master wrote (a write's last step
+        before a failover can keep it)."""
+        for master in self._masters():
+            with redis.Redis(port=master.port, socket_timeout=5) as client:
+                if not _replicated(client):
+                    return False
+        return True
+
     def start(self, timeout: float = 30.0) -> _Servers:
         raise NotImplementedError
 
@@ -296,6 +310,16 @@ class RedisCluster(_Servers):
                 ),
                 timeout,
             )
+            # A write on every master: Valkey lists a replica in CLUSTER SLOTS
+            # (where clients find replicas) only once it has replicated something.
+            for i, client in enumerate(clients[: self.masters]):
+                key = next(
+                    key
+                    for n in range(1_000_000)
+                    if i * share <= key_slot(key := f"stampede-testing-{n}".encode()) < (i + 1) * share
+                )
+                client.set(key, b"1")
+            _wait_for(lambda: all(_replicated(client) for client in clients[: self.masters]), timeout)
         except BaseException:
             self.stop()
             raise
@@ -304,8 +328,85 @@ class RedisCluster(_Servers):
                 client.close()
         return self
 
+    def begin_migration(self, key: bytes | str, to: RedisServer | None = None) -> SlotMigration:
+        """Start moving ``key``'s slot to another master (``to``, or the next one):
+        both masters are left half-way (``MIGRATING`` / ``IMPORTING``), no key
+        moved yet; the returned :class:`SlotMigration` moves them and finishes."""
+        source = self.master_of(key)
+        masters = [node for node in self.nodes if node.running and self._is_master(node)]
+        target = to or masters[(masters.index(source) + 1) % len(masters)]
+        with redis.Redis(port=source.port, socket_timeout=5) as client:
+            slot = int(_command(client, "CLUSTER KEYSLOT", key))
+        migration = SlotMigration(slot, source, target, masters)
+        migration.start()
+        return migration
+
+    @staticmethod
+    def _is_master(node: RedisServer) -> bool:
+        with redis.Redis(port=node.port, socket_timeout=5) as client:
+            return bool(client.info("replication")["role"] == "master")
+
+    def master_of(self, key: bytes | str) -> RedisServer:
+        """The node that masters ``key``'s slot now, as the running nodes see it
+        (after a failover: the promoted replica)."""
+        for node in self.nodes:
+            if not node.running:
+                continue
+            with redis.Redis(port=node.port, socket_timeout=5) as client:
+                slot = int(_command(client, "CLUSTER KEYSLOT", key))
+                for first, last, master, *_ in _command(client, "CLUSTER SLOTS"):
+                    if first <= slot <= last:
+                        port = int(master[1])
+                        return next(server for server in self.nodes if server.port == port)
+        raise RuntimeError(f"no running node knows the master of {key!r}")
+
     def _servers(self) -> list[RedisServer]:
         return self.nodes
+
+    def _masters(self) -> list[RedisServer]:
+        return [node for node in self.nodes[: self.masters] if node.running]
+
+
+class SlotMigration:
+    """One slot on its way from ``source`` to ``target``, as ``redis-cli --cluster
+    reshard`` moves it: :meth:`start`, :meth:`move_keys`, :meth:`finish`."""
+
+    def __init__(
+        self, slot: int, source: RedisServer, target: RedisServer, masters: list[RedisServer]
+    ) -> None:
+        self.slot = slot
+        self.source = source
+        self.target = target
+        self._masters = masters
+
+    @staticmethod
+    def _id(node: RedisServer) -> str:
+        with redis.Redis(port=node.port, socket_timeout=5) as client:
+            return _text(_command(client, "CLUSTER MYID"))
+
+    def start(self) -> None:
+        """Mark the slot importing on the target and migrating on the source."""
+        with redis.Redis(port=self.target.port, socket_timeout=5) as client:
+            _command(client, "CLUSTER SETSLOT", self.slot, "IMPORTING", self._id(self.source))
+        with redis.Redis(port=self.source.port, socket_timeout=5) as client:
+            _command(client, "CLUSTER SETSLOT", self.slot, "MIGRATING", self._id(self.target))
+
+    def move_keys(self) -> int:
+        """Move every key of the slot still on the source; how many moved."""
+        moved = 0
+        with redis.Redis(port=self.source.port, socket_timeout=5) as client:
+            while keys := _command(client, "CLUSTER GETKEYSINSLOT", self.slot, 100):
+                _command(client, "MIGRATE", "127.0.0.1", self.target.port, "", 0, 5000, "KEYS", *keys)
+                moved += len(keys)
+        return moved
+
+    def finish(self) -> None:
+        """Move what is left and give the slot to the target, on every master."""
+        self.move_keys()
+        target_id = self._id(self.target)
+        for node in [self.target, self.source, *self._masters]:
+            with redis.Redis(port=node.port, socket_timeout=5) as client:
+                _command(client, "CLUSTER SETSLOT", self.slot, "NODE", target_id)
 
 
 class RedisSentinel(_Servers):
@@ -373,6 +474,16 @@ class RedisSentinel(_Servers):
             raise
         return self
 
+    def current_master(self) -> RedisServer:
+        """The server the Sentinels name as master now (after a failover: the promoted replica)."""
+        for sentinel in self.sentinels:
+            if not sentinel.running:
+                continue
+            with redis.Redis(port=sentinel.port, socket_timeout=5) as client:
+                _, port = _command(client, "SENTINEL GET-MASTER-ADDR-BY-NAME", self.service)
+                return next(server for server in (self.master, *self.replicas) if server.port == int(port))
+        raise RuntimeError("no Sentinel is running")
+
     def _settled(self, client: redis.Redis) -> bool:
         replicas = _command(client, "SENTINEL REPLICAS", self.service)
         others = _command(client, "SENTINEL SENTINELS", self.service)
@@ -380,6 +491,9 @@ class RedisSentinel(_Servers):
 
     def _servers(self) -> list[RedisServer]:
         return [*self.sentinels, *self.replicas, self.master]  # the watchers first
+
+    def _masters(self) -> list[RedisServer]:
+        return [self.current_master()]
 
 
 def _cluster_ports(count: int) -> list[int]:
@@ -415,6 +529,13 @@ def _known_nodes(client: redis.Redis) -> int:
     nodes = _command(client, "CLUSTER NODES")
     # redis-py parses the reply into a dict of nodes; older versions give the text.
     return len(nodes) if isinstance(nodes, dict) else len(_text(nodes).strip().splitlines())
+
+
+def _replicated(client: redis.Redis) -> bool:
+    """Every replica of the server ``client`` talks to has all it wrote."""
+    info = client.info("replication")
+    offsets = [value["offset"] for key, value in info.items() if key.startswith("slave")]
+    return bool(offsets) and all(offset == info["master_repl_offset"] for offset in offsets)
 
 
 def _cluster_ok(client: redis.Redis) -> bool:

