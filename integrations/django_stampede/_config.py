@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+import redis._parsers
 import redis.asyncio
 import redis.connection
 from django.core.exceptions import ImproperlyConfigured
@@ -30,7 +31,9 @@ _STAMPEDE_OPTIONS = {
     "BETA": "beta",
     "FAIL_OPEN": "fail_open",
 }
-_OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "ON_EVENT"}
+_OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "ON_EVENT", "SENTINELS"}
+#: django-redis's options for what stampede configures another way.
+_DJANGO_REDIS = {"CLIENT_CLASS", "CONNECTION_POOL_CLASS", "CONNECTION_POOL_KWARGS", "SENTINEL_KWARGS"}
 _DEFAULT_POOL = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, "health_check_interval": 30}
 
 
@@ -87,6 +90,61 @@ def _servers(location: Any) -> tuple[str, ...]:
                 "redis+cluster:// or redis+sentinel:// URL",
             )
     return tuple(servers)
+
+
+def _is_asyncio(setting: str, cls: Any) -> bool:
+    if not isinstance(cls, type):
+        return False
+    if setting == "parser_class":  # redis-py's asyncio parsers share no base apart from the blocking ones
+        return any(klass.__name__.startswith("_Async") for klass in cls.__mro__)
+    base = (
+        redis.asyncio.ConnectionPool
+        if setting == "pool_class"
+        else redis.asyncio.connection.AbstractConnection
+    )
+    return issubclass(cls, base)
+
+
+def _asyncio_twin(setting: str, cls: Any) -> Any:
+    """The asyncio class that does for the async methods what ``cls`` does for
+    the sync ones: ``cls`` itself if it is one, else redis-py's twin of it
+    (``BlockingConnectionPool`` for ``BlockingConnectionPool``...)."""
+    if _is_asyncio(setting, cls):
+        return cls
+    name = getattr(cls, "__name__", "")
+    module = redis._parsers if setting == "parser_class" else redis.asyncio.connection
+    for candidate in (name, f"_Async{name.lstrip('_')}"):
+        twin = getattr(module, candidate, None)
+        if twin is not cls and _is_asyncio(setting, twin):
+            return twin
+    raise _bad(
+        f"OPTIONS[{setting!r}]",
+        f"names {cls!r}, a blocking class with no asyncio twin in redis-py: the async "
+        "methods (aget, aset...) need one",
+    )
+
+
+def _sentinel_location(servers: tuple[str, ...], sentinels: Any) -> str:
+    """django-redis's Sentinel convention (LOCATION ``redis://<service>/<db>``,
+    OPTIONS ``SENTINELS``) as the ``redis+sentinel://`` URL it means."""
+    try:
+        addresses = [f"{host}:{int(port)}" for host, port in sentinels]
+        if not addresses or not all(isinstance(host, str) and host for host, _ in sentinels):
+            raise ValueError
+    except (TypeError, ValueError):
+        raise _bad("OPTIONS['SENTINELS']", f"must be a list of (host, port), got {sentinels!r}") from None
+    if len(servers) != 1 or not re.match(r"^rediss?://", servers[0]):
+        raise _bad(
+            "LOCATION",
+            f"with OPTIONS['SENTINELS'] must be one 'redis://<service>/<db>' URL, got {servers!r}",
+        )
+    scheme, rest = servers[0].split("://", 1)
+    authority, _, path = rest.partition("/")
+    credentials, at, service = authority.rpartition("@")
+    if not service or ":" in service:
+        raise _bad("LOCATION", f"with OPTIONS['SENTINELS'] names the service as its host, got {servers[0]!r}")
+    db = path.split("?", 1)[0].strip("/") or "0"
+    return f"{scheme}+sentinel://{credentials}{at}{','.join(addresses)}/{service}/{db}"
 
 
 def _settled(setting: Any) -> Any:
@@ -160,6 +218,14 @@ class CacheConfig:
                 )
             elif name in _POOL_OPTIONS:
                 pool[name] = value
+            elif name in _DJANGO_REDIS:
+                raise _bad(
+                    f"OPTIONS[{name!r}]",
+                    "is django-redis's; with stampede, a Sentinel service is LOCATION "
+                    "'redis://<service>/<db>' with OPTIONS['SENTINELS'] = [(host, port), ...] "
+                    "(or LOCATION 'redis+sentinel://host:26379/<service>/<db>'), a cluster "
+                    "LOCATION 'redis+cluster://host:port', and pool options go in lower case",
+                )
             else:
                 known = sorted(_STAMPEDE_OPTIONS) + sorted(_OTHER_OPTIONS)
                 raise _bad(
@@ -180,8 +246,11 @@ class CacheConfig:
             on_event = _import("ON_EVENT", on_event)
         if on_event is not None and not callable(on_event):
             raise _bad("OPTIONS['ON_EVENT']", f"must be a callable or its dotted path, got {on_event!r}")
+        servers = _servers(location)
+        if raw.get("SENTINELS") is not None:
+            servers = (_sentinel_location(servers, raw["SENTINELS"]),)
         return cls(
-            servers=_servers(location),
+            servers=servers,
             pool_options=tuple(sorted(pool.items())),
             pool_key=_hashable(pool),
             options=options,
@@ -198,13 +267,16 @@ class CacheConfig:
         return redis.Redis(connection_pool=pool_class.from_url(url, **options))
 
     def async_client(self, url: str) -> Any:
-        # Pool, parser and connection classes name sync implementations.
-        options = {
-            k: v for k, v in self.pool_options if k not in ("pool_class", "parser_class", "connection_class")
-        }
+        options = dict(self.pool_options)
         if _SPECIAL.match(url):
-            return stampede.asyncio.redis_client(url, **options)
-        return redis.asyncio.Redis(connection_pool=redis.asyncio.ConnectionPool.from_url(url, **options))
+            return stampede.asyncio.redis_client(url, **self._special_options(options))
+        # The classes are named for the sync methods: their asyncio twins serve
+        # the async ones (a BlockingConnectionPool stays blocking-when-full).
+        for name in ("pool_class", "connection_class", "parser_class"):
+            if options.get(name) is not None:
+                options[name] = _asyncio_twin(name, options[name])
+        pool_class = options.pop("pool_class", None) or redis.asyncio.ConnectionPool
+        return redis.asyncio.Redis(connection_pool=pool_class.from_url(url, **options))
 
     @staticmethod
     def _special_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -60,8 +60,9 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None]:
     ``CACHE_REDIS_DB`` names (``None``: the URL's own), which, as in Flask-Caching,
     a database in the URL's path overrides.
 
-    ``CACHE_REDIS_CLUSTER`` (``"host:port,host:port"``: the first is asked for
-    the others), else ``CACHE_REDIS_SENTINELS`` (``[(host, port), ...]``) with
+    ``CACHE_REDIS_CLUSTER`` (``"host:port,host:port"``: the startup nodes, any
+    of which that answers is asked for the others), else
+    ``CACHE_REDIS_SENTINELS`` (``[(host, port), ...]``) with
     ``CACHE_REDIS_SENTINEL_MASTER``, else ``CACHE_REDIS_URL``, else
     ``CACHE_REDIS_HOST`` and ``CACHE_REDIS_PORT``, else ``STAMPEDE_REDIS_URL`` or
     ``REDIS_URL`` from the environment; ``CACHE_REDIS_PASSWORD`` with any of them.
@@ -79,7 +80,8 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None]:
             raise _bad("CACHE_REDIS_CLUSTER", f'must be "host:port[,host:port...]", got {cluster!r}')
         if db:
             raise _bad("CACHE_REDIS_DB", "a Redis Cluster has only database 0")
-        return f"redis+cluster://{auth}{cluster.split(',')[0].strip()}", None
+        nodes = ",".join(node.strip() for node in cluster.split(","))
+        return f"redis+cluster://{auth}{nodes}", None
     sentinels = config.get("CACHE_REDIS_SENTINELS")
     if sentinels:
         try:

@@ -1,11 +1,16 @@
-"""The Django backend on a Redis Cluster and behind Sentinels, configured by LOCATION alone."""
+"""The Django backend on a Redis Cluster and behind Sentinels, configured by settings alone;
+its pool options, sync and async."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import django_stampede
 import pytest
+import redis
+import redis._parsers
+import redis.asyncio
 from django.core.exceptions import ImproperlyConfigured
 
 import stampede
@@ -52,6 +57,67 @@ async def test_behind_sentinels_sync_and_async(sentinel: RedisSentinel, namespac
     await sync_to_async(round_trips)(cache)
     await async_round_trips(cache)
     await sync_to_async(cache.close)()
+
+
+async def test_behind_sentinels_in_django_redis_terms(sentinel: RedisSentinel, namespace: str) -> None:
+    # django-redis's convention: the service as LOCATION's host, the Sentinels in OPTIONS.
+    cache = backend(f"redis://{sentinel.service}/0", namespace, SENTINELS=sentinel.sentinel_addresses)
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(round_trips)(cache)
+    await async_round_trips(cache)
+    assert cache.stampede.client.connection_pool.service_name == sentinel.service
+    await sync_to_async(cache.close)()
+
+
+async def test_async_methods_honour_the_pool_options(redis_url: str, namespace: str) -> None:
+    cache = backend(
+        redis_url,
+        namespace,
+        pool_class="redis.BlockingConnectionPool",
+        connection_class="redis.connection.Connection",
+        parser_class="redis._parsers._RESP2Parser",
+        max_connections=7,
+    )
+    await async_round_trips(cache)
+    pool = cache.astampede.client.connection_pool
+    assert type(pool) is redis.asyncio.BlockingConnectionPool  # the blocking pool's asyncio twin
+    assert pool.max_connections == 7
+    assert pool.connection_class is redis.asyncio.Connection
+    assert pool.connection_kwargs["parser_class"] is redis._parsers._AsyncRESP2Parser
+
+
+def test_a_blocking_class_without_an_asyncio_twin_is_refused_naming_it(
+    redis_url: str, namespace: str
+) -> None:
+    cache = backend(redis_url, namespace, pool_class=f"{__name__}.HomeMadePool")
+    cache.set("k", 1)  # the sync methods use it
+
+    async def use() -> None:
+        await cache.aget("k")
+
+    with pytest.raises(ImproperlyConfigured, match="OPTIONS\\['pool_class'\\].*no asyncio twin"):
+        asyncio.run(use())
+
+
+class HomeMadePool(redis.ConnectionPool):
+    """A blocking pool of the user's own: redis-py has no asyncio one like it."""
+
+
+@pytest.mark.parametrize(
+    ("location", "options", "message"),
+    [
+        ("redis://127.0.0.1:6379/0", {"CLIENT_CLASS": "django_redis.client.SentinelClient"}, "CLIENT_CLASS"),
+        ("redis://mymaster/0", {"SENTINELS": ["127.0.0.1:26379"]}, "SENTINELS"),
+        ("redis://mymaster:6379/0", {"SENTINELS": [("127.0.0.1", 26379)]}, "names the service"),
+        (["redis://a/0", "redis://b/0"], {"SENTINELS": [("127.0.0.1", 26379)]}, "one 'redis://"),
+    ],
+)
+def test_django_redis_terms_that_cannot_work_name_the_setting(
+    location: Any, options: dict[str, Any], message: str, namespace: str
+) -> None:
+    with pytest.raises(ImproperlyConfigured, match=message):
+        backend(location, namespace, **options)
 
 
 @pytest.mark.parametrize(
