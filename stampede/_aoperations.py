@@ -17,10 +17,25 @@ import redis.exceptions
 from ._base import UNSET, StampedeBase
 from ._envelope import Entry
 from ._events import EventKind, logger
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._keys import Keys
+from ._nodes import record_sharded, sharded_known
 
-__all__ = ["AsyncOperations"]
+__all__ = ["AsyncOperations", "ask_sharded"]
+
+
+async def ask_sharded(client: Any) -> bool | None:
+    """Whether the servers of the cluster ``client`` talks to have sharded
+    pub/sub, asked once per client and remembered, so that the scripts and the
+    subscriber of a process agree; ``None`` if Redis could not say."""
+    known = sharded_known(client)
+    if known is None:
+        try:
+            info = await client.info("server", target_nodes=client.get_default_node())
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException):
+            return None
+        known = record_sharded(client, info)
+    return known
 
 
 class AsyncOperations(StampedeBase):
@@ -33,6 +48,14 @@ class AsyncOperations(StampedeBase):
     async def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         raise NotImplementedError
 
+    async def _ask_sharded(self) -> None:
+        """On a cluster: whether its servers have sharded pub/sub (classic
+        pub/sub until known; asked again at the next call if Redis failed)."""
+        self._sharded = await ask_sharded(self._client)
+
+    def _scripts_now(self) -> dict[str, Any]:
+        return self._sharded_scripts if self._sharded else self._scripts
+
     async def _reread(self, keys: Keys) -> bytes | None:
         """GET the value from the primary, errors translated."""
         with self._redis_errors(keys.name, "read"):
@@ -42,6 +65,10 @@ class AsyncOperations(StampedeBase):
     async def _standby_get(self, keys: Keys) -> bytes | None:
         """The value as a replica holds it, for when the primary fails: the
         first replica that answers, or ``None`` (no replica, none answers)."""
+        return (await self._standby_read(keys))[1]
+
+    async def _standby_read(self, keys: Keys) -> tuple[bool, bytes | None]:
+        """Whether a replica answered, and what it holds under ``keys``."""
         for client, readonly in self._standbys(keys.value):
             try:
                 if readonly:
@@ -54,8 +81,8 @@ class AsyncOperations(StampedeBase):
             except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
                 logger.debug("replica read of %r failed: %s", keys.name, exc)
                 continue
-            return raw  # type: ignore[no-any-return]
-        return None
+            return True, raw
+        return False, None
 
     async def get(self, key: str | bytes) -> Entry | None:
         """The stored entry of ``key`` (value, freshness, age), or ``None``.
@@ -138,8 +165,19 @@ class AsyncOperations(StampedeBase):
             return {}
         reader = self._reader()
         mget = getattr(reader, "mget_nonatomic", reader.mget)  # Redis Cluster: per slot
-        with self._redis_errors("", "read several keys"):
-            raws = await mget(list(named))
+        try:
+            with self._redis_errors("", "read several keys"):
+                raws = await mget(list(named))
+        except RedisUnavailableError:
+            # The primary failed: what replicas hold, key by key (their slots'
+            # replicas on a cluster), if any replica answers at all.
+            answers = [await self._standby_read(names) for _, names in named.values()]
+            if not any(answered for answered, _ in answers):
+                raise
+            raws = [raw for _, raw in answers]
+            for (_, names), raw in zip(named.values(), raws, strict=True):
+                if raw is not None:
+                    self._emit(names, EventKind.REPLICA_HIT)
         return self._found_many(named, raws)
 
     async def set_many(
@@ -179,7 +217,9 @@ class AsyncOperations(StampedeBase):
             results: list[Any] = []
             for names, args in calls:
                 try:
-                    results.append(await self._scripts[script](keys=names.script_keys, args=args))
+                    if self._sharded is None:
+                        await self._ask_sharded()
+                    results.append(await self._scripts_now()[script](keys=names.script_keys, args=args))
                 except redis.exceptions.RedisError as exc:
                     results.append(exc)
             return results

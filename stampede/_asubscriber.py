@@ -14,8 +14,13 @@ import contextlib
 import weakref
 from typing import Any
 
-from ._channels import Channels, WatchBase
+import redis.asyncio.cluster
+import redis.exceptions
+
+from ._aoperations import ask_sharded
+from ._channels import Channels, Shards, WatchBase
 from ._events import logger
+from ._nodes import node_client
 
 __all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for"]
 
@@ -105,6 +110,13 @@ class AsyncSubscriber:
             backoff = min(backoff * 2, _MAX_BACKOFF)
 
     async def _serve(self, client: Any) -> None:
+        if isinstance(client, redis.asyncio.cluster.RedisCluster):
+            sharded = await ask_sharded(client)
+            if sharded is None:
+                raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
+            if sharded:
+                await self._serve_shards(client)
+                return
         loop = asyncio.get_running_loop()
         pubsub = client.pubsub()
         read: asyncio.Future[Any] | None = None
@@ -142,6 +154,76 @@ class AsyncSubscriber:
                     pending.cancel()
             with contextlib.suppress(BaseException):
                 await asyncio.shield(pubsub.aclose())
+
+    async def _serve_shards(self, cluster: Any) -> None:
+        """:meth:`_serve` for a cluster with sharded pub/sub (see
+        :meth:`stampede._subscriber.Subscriber._serve_shards`)."""
+        loop = asyncio.get_running_loop()
+        shards = Shards(cluster.get_node_from_key)
+        reads: dict[Any, asyncio.Future[Any]] = {}  # pub/sub connection -> its pending read
+        poked: asyncio.Future[Any] | None = None
+
+        async def subscribe(channels: list[bytes]) -> None:
+            for node, group in shards.subscribing(channels):
+                pubsub = shards.pubsubs.get(node.name)
+                if pubsub is None:
+                    pubsub = shards.pubsubs[node.name] = node_client(cluster, node).pubsub()
+                await pubsub.ssubscribe(*group)
+
+        async def unsubscribe(channels: list[bytes]) -> None:
+            groups, emptied = shards.unsubscribing(channels)
+            for pubsub, group in groups:
+                await pubsub.sunsubscribe(*group)
+            for pubsub in emptied:
+                read = reads.pop(pubsub, None)
+                if read is not None:
+                    read.cancel()
+                await _close(pubsub)
+
+        try:
+            await subscribe(self._channels.resubscribed()[1:])  # no anchor: see Shards
+            idle_since: float | None = None
+            while not self._stopping:
+                to_subscribe, to_unsubscribe = self._channels.take_pending()
+                await unsubscribe(to_unsubscribe)
+                await subscribe(to_subscribe)
+                now = loop.time()
+                if len(self._channels):
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= IDLE_SECONDS and not self._channels.pending:
+                    return
+                for pubsub in shards.pubsubs.values():
+                    if pubsub not in reads:
+                        reads[pubsub] = asyncio.ensure_future(pubsub.get_message(timeout=None))
+                if poked is None:
+                    self._poked.clear()
+                    poked = asyncio.ensure_future(self._poked.wait())
+                done, _ = await asyncio.wait(
+                    {*reads.values(), poked}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+                )
+                if poked in done:
+                    poked = None
+                for pubsub, read in list(reads.items()):
+                    if read in done:
+                        del reads[pubsub]
+                        message = read.result()
+                        shards.check(message)  # a slot that moved away: raises, to start over
+                        self._channels.dispatch(message)
+        finally:
+            for pending in (*reads.values(), poked):
+                if pending is not None:
+                    pending.cancel()
+            for pubsub in shards.pubsubs.values():
+                await _close(pubsub)
+
+
+async def _close(pubsub: Any) -> None:
+    """Close a pub/sub connection and the pool of the node client it came from."""
+    with contextlib.suppress(BaseException):
+        await asyncio.shield(pubsub.aclose())
+        await pubsub.connection_pool.disconnect()
 
 
 _subscribers: weakref.WeakKeyDictionary[Any, AsyncSubscriber] = weakref.WeakKeyDictionary()

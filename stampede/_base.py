@@ -24,6 +24,7 @@ from ._exceptions import ConfigurationError, RedisUnavailableError, Serializatio
 from ._flights import Flights
 from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release
 from ._keys import Keys, KeySpace
+from ._nodes import node_client
 from ._options import Options
 from ._serializers import PickleSerializer, Serializer
 
@@ -239,6 +240,15 @@ class StampedeBase:
         self._owns_client = False  # set by from_url(), whose client close() closes
         self._owned: list[Any] = []  # more clients from_url() made (a Sentinel's), closed with it
         self._scripts = {name: client.register_script(getattr(_scripts, name.upper())) for name in _SCRIPTS}
+        # On a cluster whose servers have sharded pub/sub (asked at the first
+        # script call), the same scripts publishing on the key's own shard.
+        self._sharded: bool | None = None if self._cluster else False
+        self._sharded_scripts = self._scripts
+        if self._cluster:
+            self._sharded_scripts = {
+                name: client.register_script(_scripts.sharded(getattr(_scripts, name.upper())))
+                for name in _SCRIPTS
+            }
         self._keys = KeySpace(namespace)
         self.options = base
         self._merged: dict[tuple[Any, ...], Options] = {}
@@ -276,8 +286,14 @@ class StampedeBase:
         return [(replica, False) for replica in self._replicas]
 
     def _node_client(self, node: Any) -> Any:
-        """A client of one cluster node (each driver knows its cluster's kind)."""
-        raise NotImplementedError
+        """This instance's client of one cluster node, made once, closed with it."""
+        client = self._standby.get(node.name)
+        if client is None:
+            made = node_client(self._client, node)
+            client = self._standby.setdefault(node.name, made)  # atomic: one per node
+            if client is not made:  # another thread's came first (blocking clients only)
+                made.close()
+        return client
 
     def _reader(self) -> Any:
         replicas = self._replicas

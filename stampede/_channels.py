@@ -10,12 +10,12 @@ means to the watches it reaches. Its callers do the I/O and the locking.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from ._flow import RELEASED
 
-__all__ = ["ANCHOR_PREFIX", "Channels", "WatchBase"]
+__all__ = ["ANCHOR_PREFIX", "Channels", "Shards", "SlotMoved", "WatchBase"]
 
 #: A channel nobody publishes to, subscribed for the connection's whole life:
 #: a connection subscribed to nothing would read a health check's reply as
@@ -152,3 +152,53 @@ class Channels(Generic[W]):
     def all(self) -> Iterator[W]:
         for watches in self._watches.values():
             yield from watches
+
+
+class SlotMoved(Exception):
+    """The server dropped a sharded subscription: its slot moved to another node."""
+
+
+class Shards:
+    """Which node's connection each channel is subscribed on, with sharded
+    pub/sub: a channel's messages come only from the node that owns its slot.
+
+    No I/O: the subscribers do it from the plans. A node's connection is
+    closed once no channel is left on it, rather than kept subscribed to
+    nothing (see :data:`ANCHOR_PREFIX`), so no anchor is needed.
+    """
+
+    def __init__(self, locate: Callable[[bytes], Any]) -> None:
+        """``locate``: the node that owns a channel's slot (the cluster client's view)."""
+        self._locate = locate
+        self._node_of: dict[bytes, str] = {}
+        #: Each node's pub/sub connection, by node name; the subscriber's to fill.
+        self.pubsubs: dict[str, Any] = {}
+
+    def subscribing(self, channels: list[bytes]) -> list[tuple[Any, list[bytes]]]:
+        """The channels to subscribe to, grouped by the node to send each group to."""
+        groups: dict[str, tuple[Any, list[bytes]]] = {}
+        for channel in channels:
+            node = self._locate(channel)
+            self._node_of[channel] = node.name
+            groups.setdefault(node.name, (node, []))[1].append(channel)
+        return list(groups.values())
+
+    def unsubscribing(self, channels: list[bytes]) -> tuple[list[tuple[Any, list[bytes]]], list[Any]]:
+        """The channels to unsubscribe from, with the connection of each group;
+        and the connections left with no channel, to close (taken out of
+        :attr:`pubsubs`)."""
+        groups: dict[str, list[bytes]] = {}
+        for channel in channels:
+            name = self._node_of.pop(channel, None)
+            if name is not None:
+                groups.setdefault(name, []).append(channel)
+        still = set(self._node_of.values())
+        emptied = [self.pubsubs.pop(name) for name in groups if name not in still and name in self.pubsubs]
+        kept = [(self.pubsubs[name], group) for name, group in groups.items() if name in self.pubsubs]
+        return kept, emptied
+
+    def check(self, message: dict[str, Any] | None) -> None:
+        """Raise :class:`SlotMoved` for an ``sunsubscribe`` nobody asked for:
+        the server's, when the channel's slot moved to another node."""
+        if message is not None and message["type"] == "sunsubscribe" and message["channel"] in self._node_of:
+            raise SlotMoved(f"the slot of {message['channel']!r} moved")

@@ -18,10 +18,25 @@ import redis.exceptions
 from ._base import UNSET, StampedeBase
 from ._envelope import Entry
 from ._events import EventKind, logger
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, RedisUnavailableError
 from ._keys import Keys
+from ._nodes import record_sharded, sharded_known
 
-__all__ = ["Operations"]
+__all__ = ["Operations", "ask_sharded"]
+
+
+def ask_sharded(client: Any) -> bool | None:
+    """Whether the servers of the cluster ``client`` talks to have sharded
+    pub/sub, asked once per client and remembered, so that the scripts and the
+    subscriber of a process agree; ``None`` if Redis could not say."""
+    known = sharded_known(client)
+    if known is None:
+        try:
+            info = client.info("server", target_nodes=client.get_default_node())
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException):
+            return None
+        known = record_sharded(client, info)
+    return known
 
 
 class Operations(StampedeBase):
@@ -34,6 +49,14 @@ class Operations(StampedeBase):
     def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         raise NotImplementedError
 
+    def _ask_sharded(self) -> None:
+        """On a cluster: whether its servers have sharded pub/sub (classic
+        pub/sub until known; asked again at the next call if Redis failed)."""
+        self._sharded = ask_sharded(self._client)
+
+    def _scripts_now(self) -> dict[str, Any]:
+        return self._sharded_scripts if self._sharded else self._scripts
+
     def _reread(self, keys: Keys) -> bytes | None:
         """GET the value from the primary, errors translated."""
         with self._redis_errors(keys.name, "read"):
@@ -43,6 +66,10 @@ class Operations(StampedeBase):
     def _standby_get(self, keys: Keys) -> bytes | None:
         """The value as a replica holds it, for when the primary fails: the
         first replica that answers, or ``None`` (no replica, none answers)."""
+        return (self._standby_read(keys))[1]
+
+    def _standby_read(self, keys: Keys) -> tuple[bool, bytes | None]:
+        """Whether a replica answered, and what it holds under ``keys``."""
         for client, readonly in self._standbys(keys.value):
             try:
                 if readonly:
@@ -55,8 +82,8 @@ class Operations(StampedeBase):
             except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, OSError) as exc:
                 logger.debug("replica read of %r failed: %s", keys.name, exc)
                 continue
-            return raw  # type: ignore[no-any-return]
-        return None
+            return True, raw
+        return False, None
 
     def get(self, key: str | bytes) -> Entry | None:
         """The stored entry of ``key`` (value, freshness, age), or ``None``.
@@ -139,8 +166,19 @@ class Operations(StampedeBase):
             return {}
         reader = self._reader()
         mget = getattr(reader, "mget_nonatomic", reader.mget)  # Redis Cluster: per slot
-        with self._redis_errors("", "read several keys"):
-            raws = mget(list(named))
+        try:
+            with self._redis_errors("", "read several keys"):
+                raws = mget(list(named))
+        except RedisUnavailableError:
+            # The primary failed: what replicas hold, key by key (their slots'
+            # replicas on a cluster), if any replica answers at all.
+            answers = [self._standby_read(names) for _, names in named.values()]
+            if not any(answered for answered, _ in answers):
+                raise
+            raws = [raw for _, raw in answers]
+            for (_, names), raw in zip(named.values(), raws, strict=True):
+                if raw is not None:
+                    self._emit(names, EventKind.REPLICA_HIT)
         return self._found_many(named, raws)
 
     def set_many(
@@ -178,7 +216,9 @@ class Operations(StampedeBase):
             results: list[Any] = []
             for names, args in calls:
                 try:
-                    results.append(self._scripts[script](keys=names.script_keys, args=args))
+                    if self._sharded is None:
+                        self._ask_sharded()
+                    results.append(self._scripts_now()[script](keys=names.script_keys, args=args))
                 except redis.exceptions.RedisError as exc:
                     results.append(exc)
             return results

@@ -254,3 +254,9 @@ redis.call('DEL', KEYS[2])
 return {1, text}
 """
 )
+
+
+def sharded(script: str) -> str:
+    """``script`` publishing with ``SPUBLISH`` (sharded pub/sub: Redis 7+,
+    Valkey) instead of ``PUBLISH``; its channel shares its keys' hash tag."""
+    return script.replace("redis.call('PUBLISH',", "redis.call('SPUBLISH',")

@@ -24,8 +24,13 @@ import time
 import weakref
 from typing import Any
 
-from ._channels import Channels, WatchBase
+import redis.cluster
+import redis.exceptions
+
+from ._channels import Channels, Shards, WatchBase
 from ._events import logger
+from ._nodes import node_client
+from ._operations import ask_sharded
 
 __all__ = ["Subscriber", "Watch", "subscriber_for"]
 
@@ -134,6 +139,13 @@ class Subscriber:
                     sock.close()
 
     def _serve(self, client: Any) -> None:
+        if isinstance(client, redis.cluster.RedisCluster):
+            sharded = ask_sharded(client)
+            if sharded is None:
+                raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
+            if sharded:
+                self._serve_shards(client)
+                return
         pubsub = client.pubsub()
         try:
             with self._lock:
@@ -168,17 +180,76 @@ class Subscriber:
             with contextlib.suppress(Exception):
                 pubsub.close()
 
-    def _sleep(self, pubsub: Any) -> None:
-        """Until the connection has data, a waiter pokes, or a second passes."""
+    def _serve_shards(self, cluster: Any) -> None:
+        """:meth:`_serve` for a cluster with sharded pub/sub: each channel is
+        subscribed (``SSUBSCRIBE``) on the node that owns its slot, one
+        connection per node that has waiters."""
+        shards = Shards(cluster.get_node_from_key)
+
+        def subscribe(channels: list[bytes]) -> None:
+            for node, group in shards.subscribing(channels):
+                pubsub = shards.pubsubs.get(node.name)
+                if pubsub is None:
+                    pubsub = shards.pubsubs[node.name] = node_client(cluster, node).pubsub()
+                pubsub.ssubscribe(*group)
+
+        def unsubscribe(channels: list[bytes]) -> None:
+            groups, emptied = shards.unsubscribing(channels)
+            for pubsub, group in groups:
+                pubsub.sunsubscribe(*group)
+            for pubsub in emptied:
+                _close(pubsub)
+
+        try:
+            with self._lock:
+                channels = self._channels.resubscribed()[1:]  # no anchor: see Shards
+            subscribe(channels)
+            idle_since: float | None = None
+            while True:
+                with self._lock:
+                    if self._closed:
+                        return
+                    to_subscribe, to_unsubscribe = self._channels.take_pending()
+                    watched = len(self._channels)
+                unsubscribe(to_unsubscribe)
+                subscribe(to_subscribe)
+                now = time.monotonic()
+                if watched:
+                    idle_since = None
+                elif idle_since is None:
+                    idle_since = now
+                elif now - idle_since >= IDLE_SECONDS:
+                    with self._lock:
+                        if not len(self._channels) and not self._channels.pending:
+                            return
+                self._sleep(*shards.pubsubs.values())
+                for pubsub in list(shards.pubsubs.values()):
+                    while (message := pubsub.get_message(timeout=0)) is not None:
+                        shards.check(message)  # a slot that moved away: raises, to start over
+                        with self._lock:
+                            self._channels.dispatch(message)
+        finally:
+            for pubsub in shards.pubsubs.values():
+                _close(pubsub)
+
+    def _sleep(self, *pubsubs: Any) -> None:
+        """Until a connection has data, a waiter pokes, or a second passes."""
         reader = self._wake_r
-        sock = getattr(pubsub.connection, "_sock", None)
-        if reader is None or sock is None:
+        socks = [getattr(pubsub.connection, "_sock", None) for pubsub in pubsubs]
+        if reader is None or None in socks:
             time.sleep(0.01)  # no socket to select on: poll
             return
-        readable, _, _ = select.select([sock, reader], [], [], 1.0)
+        readable, _, _ = select.select([*socks, reader], [], [], 1.0)
         if reader in readable:
             with contextlib.suppress(OSError):
                 reader.recv(4096)
+
+
+def _close(pubsub: Any) -> None:
+    """Close a pub/sub connection and the pool of the node client it came from."""
+    with contextlib.suppress(Exception):
+        pubsub.close()
+        pubsub.connection_pool.disconnect()
 
 
 _lock = threading.Lock()

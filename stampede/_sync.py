@@ -417,7 +417,9 @@ class Stampede(Operations):
     def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         try:
             with self._redis_errors(keys.name, name):
-                return self._scripts[name](keys=keys.script_keys, args=args)
+                if self._sharded is None:
+                    self._ask_sharded()
+                return self._scripts_now()[name](keys=keys.script_keys, args=args)
         finally:
             self._wrote(name, keys)
 
@@ -441,23 +443,6 @@ class Stampede(Operations):
         duration = self._clock.monotonic() - started
         lost = watchdog.stop() if watchdog is not None else False
         return Rebuilt(value, error, duration, lost)
-
-    def _node_client(self, node: Any) -> Any:
-        # Not the cluster's own client of the node: the cluster forgets those
-        # when its topology changes, without closing them. One made as the
-        # cluster makes its connections, kept for the next failover.
-        client = self._standby.get(node.name)
-        if client is None:
-            template = self._client.get_redis_connection(self._client.get_default_node()).connection_pool
-            pool = redis.ConnectionPool(
-                connection_class=template.connection_class,
-                **{**template.connection_kwargs, "host": node.host, "port": node.port},
-            )
-            made = redis.Redis.from_pool(pool)  # closes the pool with it
-            client = self._standby.setdefault(node.name, made)  # atomic: one per node
-            if client is not made:
-                made.close()
-        return client
 
     def _wait(self, op: Wait, keys: Keys) -> Waited:
         # Woken through the process's one subscriber: waiting holds no pool

@@ -155,14 +155,15 @@ class Stampede(AsyncOperations):
         """GET ``name``, sharing the reply with the tasks that ask meanwhile
         (see :meth:`stampede.Stampede._shared_get`)."""
         reads = self._reads
-        pending = reads.get(name)
-        if pending is not None and pending.epoch is self._epoch:
+        while (pending := reads.get(name)) is not None and pending.epoch is self._epoch:
             if pending.reply is None:
                 pending.reply = asyncio.get_running_loop().create_future()
             try:
                 return await asyncio.shield(pending.reply)
             except _ReadAbandoned:
-                pass  # its reader was cancelled: read for ourselves
+                # Its reader was cancelled: the first task woken reads, the
+                # others share its read (one read each would empty the pool).
+                continue
         pending = _PendingRead(self._epoch)
         reads[name] = pending
         try:
@@ -356,7 +357,9 @@ class Stampede(AsyncOperations):
     async def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         try:
             with self._redis_errors(keys.name, name):
-                return await self._scripts[name](keys=keys.script_keys, args=args)
+                if self._sharded is None:
+                    await self._ask_sharded()
+                return await self._scripts_now()[name](keys=keys.script_keys, args=args)
         finally:
             self._wrote(name, keys)
 
@@ -415,17 +418,6 @@ class Stampede(AsyncOperations):
         if inspect.isawaitable(value):  # a plain callable that returned a coroutine
             value = await value
         return value
-
-    def _node_client(self, node: Any) -> Any:
-        # An asyncio cluster node has no client of its own to lend: one made
-        # as the node makes its connections, kept for the next failover.
-        client = self._standby.get(node.name)
-        if client is None:
-            pool = redis.asyncio.ConnectionPool(
-                connection_class=node.connection_class, **node.connection_kwargs
-            )
-            client = self._standby[node.name] = redis.asyncio.Redis.from_pool(pool)  # closes it
-        return client
 
     async def _wait(self, op: Wait, keys: Keys) -> Waited:
         # See stampede.Stampede._wait: one subscriber per loop and client.

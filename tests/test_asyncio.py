@@ -13,6 +13,7 @@ import redis.asyncio
 
 import stampede.asyncio
 from stampede._keys import KeySpace
+from stampede.testing import RedisServer
 from tests.helpers import traceback_depth
 
 
@@ -257,3 +258,24 @@ async def test_a_cancellation_storm_leaves_no_lease_no_flight_and_no_second_rebu
 
 async def _absent(client: redis.asyncio.Redis, name: bytes) -> bool:
     return await client.exists(name) == 0
+
+
+async def test_a_cancelled_reader_hands_the_shared_read_on_not_one_read_per_task(
+    server: RedisServer, namespace: str
+) -> None:
+    # 300 tasks share the reader's GET; the reader is cancelled while Redis is
+    # frozen. The others must elect one new reader, not each read (300 reads
+    # would empty redis-py's pool of 100 and fail with "Too many connections").
+    sf = stampede.asyncio.Stampede.from_url(server.url, namespace=namespace)
+    await sf.set("k", "v", ttl=60)
+    server.pause()
+    try:
+        tasks = [asyncio.create_task(sf.get("k")) for _ in range(300)]
+        await asyncio.sleep(0.2)  # every task is in: the first one reads, the rest share it
+        tasks[0].cancel()
+        await asyncio.sleep(0.2)
+    finally:
+        server.resume()
+    results = await asyncio.gather(*tasks[1:], return_exceptions=True)
+    assert [entry.value for entry in results if not isinstance(entry, BaseException)] == ["v"] * 299
+    await sf.aclose()

@@ -21,7 +21,7 @@ import stampede
 import stampede.asyncio
 from stampede._keys import KeySpace
 from stampede.testing import RedisCluster
-from tests.helpers import AsyncRebuilds, Rebuilds, run_tasks, run_threads
+from tests.helpers import AsyncRebuilds, Rebuilds, run_tasks, run_threads, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -153,6 +153,95 @@ async def test_asyncio_a_cold_key_whose_slot_is_migrating(cluster: RedisCluster,
     assert rebuilds.count == 1
     await sf.aclose()
     await client.aclose()
+
+
+def _pubsub_counts(cluster: RedisCluster, channel: bytes) -> tuple[int, int, int]:
+    """``channel``'s classic subscribers on every node; on the node that owns it,
+    its sharded subscribers and the SPUBLISH calls served (0 where the server
+    has no such command)."""
+    classic = 0
+    for server in cluster.nodes:  # a classic subscription may be on any node
+        with redis.Redis(port=server.port, socket_timeout=5) as client:
+            classic += client.pubsub_numsub(channel)[0][1]
+    node = cluster.master_of(channel)
+    with redis.Redis(port=node.port, socket_timeout=5) as client:
+        version = int(str(client.info("server")["redis_version"]).split(".")[0])
+        if version < 7:
+            return classic, 0, 0
+        sharded = client.execute_command("PUBSUB SHARDNUMSUB", channel)[0][1]
+        calls = client.info("commandstats").get("cmdstat_spublish", {}).get("calls", 0)
+        return classic, sharded, calls
+
+
+def test_waiters_are_woken_on_the_keys_own_shard(cluster: RedisCluster, csf: stampede.Stampede) -> None:
+    # Valkey 8 (like Redis 7) has sharded pub/sub: the wake-up stays on the
+    # key's shard. Redis 6.2 has not: classic pub/sub, broadcast to every node.
+    other_client = redis.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    other = stampede.Stampede(other_client, namespace=csf.namespace)
+    channel = KeySpace(csf.namespace)("woken").channel
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        release.wait(10)
+        return "landed"
+
+    holder = threading.Thread(target=lambda: csf.get_or_rebuild("woken", slow, ttl=60, lease_ttl=30))
+    holder.start()
+    assert started.wait(10)
+    got: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(other.get_or_rebuild("woken", lambda: "mine", ttl=60))
+    )
+    waiter.start()
+    wait_until(lambda: sum(_pubsub_counts(cluster, channel)[:2]) == 1)
+    sharded = other._sharded  # known since the waiter's first script ran
+    classic, shard_subscribers, published_before = _pubsub_counts(cluster, channel)
+    release.set()
+    holder.join(10)
+    waiter.join(10)
+    assert got == ["landed"]
+    _, _, published_after = _pubsub_counts(cluster, channel)
+    if cluster.nodes[0].binary.endswith("valkey-server"):
+        assert sharded is True
+        assert (classic, shard_subscribers) == (0, 1)
+        assert published_after > published_before  # the commit's SPUBLISH
+    else:
+        assert sharded is False
+        assert (classic, shard_subscribers) == (1, 0)
+    other.close()
+    other_client.close()
+
+
+async def test_asyncio_waiters_are_woken_on_the_keys_own_shard(cluster: RedisCluster, namespace: str) -> None:
+    clients = [redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5) for _ in range(2)]
+    holder, other = (stampede.asyncio.Stampede(client, namespace=namespace) for client in clients)
+    channel = KeySpace(namespace)("woken").channel
+    release = asyncio.Event()
+
+    async def slow() -> str:
+        await release.wait()
+        return "landed"
+
+    async def hold() -> str:
+        value: str = await holder.get_or_rebuild("woken", slow, ttl=60, lease_ttl=30)
+        return value
+
+    held = asyncio.ensure_future(hold())
+    await asyncio.sleep(0.2)
+    waiting = asyncio.ensure_future(
+        run_tasks(400, lambda: other.get_or_rebuild("woken", lambda: "mine", ttl=60))
+    )
+    await asyncio.to_thread(wait_until, lambda: sum(_pubsub_counts(cluster, channel)[:2]) == 1)
+    classic, shard_subscribers, _ = await asyncio.to_thread(_pubsub_counts, cluster, channel)
+    release.set()
+    assert await asyncio.wait_for(held, 10) == "landed"
+    assert await asyncio.wait_for(waiting, 10) == ["landed"] * 400
+    valkey = cluster.nodes[0].binary.endswith("valkey-server")
+    assert (classic, shard_subscribers) == ((0, 1) if valkey else (1, 0))  # one subscription for 400 tasks
+    for instance, client in zip((holder, other), clients, strict=True):
+        await instance.aclose()
+        await client.aclose()
 
 
 async def test_asyncio_one_rebuild_and_every_operation(cluster: RedisCluster, namespace: str) -> None:
