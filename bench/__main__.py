@@ -32,7 +32,7 @@ import redis
 import stampede
 from stampede.testing import RedisServer
 
-from . import cold, hitpath, hot, manywaiters, plot, summary
+from . import cold, hitpath, hot, manywaiters, plot, summary, topologies
 from ._load import WorkerError, run_phases
 from ._meter import CommandMeter
 from ._phase import Phase, PhaseResult
@@ -44,7 +44,7 @@ from .summary import Figures
 
 PROCESSES = 4
 THREADS = 16
-SCENARIOS = ("hit", "cold", "hot", "many")
+SCENARIOS = ("hit", "cold", "hot", "many", "cluster")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
 PLOT = RESULTS.with_suffix(".png")
 
@@ -133,8 +133,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = QUICK if args.quick else FULL
     chosen = [name for name in SCENARIOS if name in (args.scenario or SCENARIOS)]
-    # "many" needs no peer: it measures stampede's own entry points (bench.manywaiters).
-    peer_scenarios = [name for name in chosen if name != "many"]
+    # "many" and "cluster" need no peer: they measure stampede alone
+    # (bench.manywaiters; bench.topologies, on one server and on a cluster).
+    peer_scenarios = [name for name in chosen if name not in ("many", "cluster")]
     asked = [peer for peer in PEERS if peer.name in (args.peer or [p.name for p in PEERS])]
     peers = [peer for peer in asked if not peer.missing()] if peer_scenarios else []
     skipped = [
@@ -154,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures: list[Figures] = []
     where = version = ""
     many: Section | None = None
+    topology: Section | None = None
     try:
         if peer_scenarios:
             sections, figures, version, where = _run_peers(
@@ -167,6 +169,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 redis_url=args.redis_url,
                 log=log,
             )
+        if "cluster" in chosen:
+            log("cluster: one server and a 3-master cluster, Redis 6.2 and Valkey 8")
+            topology = topologies.section(trials=3 if args.quick else 7, seconds=2.0 if args.quick else 4.0)
     except KeyboardInterrupt:
         log("interrupted")
         return 130
@@ -186,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections = [_summary(figures, notes, image, shared=args.redis_url is not None), *sections]
     if many is not None:
         sections.append(many)
+    if topology is not None:
+        sections.append(topology)
     counted = f", {len(peers)} peer(s)" if peer_scenarios else ""
     footer = f"_{len(chosen)} scenario(s){counted} in {time.monotonic() - started:.0f} s; `python -m bench`._"
     document = render_document(environment, sections, footer)
