@@ -110,26 +110,21 @@ class AsyncSubscriber:
             backoff = min(backoff * 2, _MAX_BACKOFF)
 
     async def _serve(self, client: Any) -> None:
-        if isinstance(client, redis.asyncio.cluster.RedisCluster):
-            sharded = await ask_sharded(client)
-            if sharded is None:
-                raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
-            if sharded:
-                await self._serve_shards(client)
-                return
         loop = asyncio.get_running_loop()
-        pubsub = client.pubsub()
-        read: asyncio.Future[Any] | None = None
+        link = await _link(client)
+        reads: dict[Any, asyncio.Future[Any]] = {}  # pub/sub connection -> its pending read
         poked: asyncio.Future[Any] | None = None
         try:
-            await pubsub.subscribe(*self._channels.resubscribed())
+            channels = self._channels.resubscribed()
+            await link.subscribe(channels if link.anchored else channels[1:])
             idle_since: float | None = None
             while not self._stopping:
                 subscribe, unsubscribe = self._channels.take_pending()
-                if subscribe:
-                    await pubsub.subscribe(*subscribe)
-                if unsubscribe:
-                    await pubsub.unsubscribe(*unsubscribe)
+                for gone in await link.unsubscribe(unsubscribe):
+                    read = reads.pop(gone, None)
+                    if read is not None:
+                        read.cancel()
+                await link.subscribe(subscribe)
                 now = loop.time()
                 if len(self._channels):
                     idle_since = None
@@ -137,64 +132,7 @@ class AsyncSubscriber:
                     idle_since = now
                 elif now - idle_since >= IDLE_SECONDS and not self._channels.pending:
                     return
-                if read is None:
-                    read = asyncio.ensure_future(pubsub.get_message(timeout=None))
-                if poked is None:
-                    self._poked.clear()
-                    poked = asyncio.ensure_future(self._poked.wait())
-                done, _ = await asyncio.wait({read, poked}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
-                if poked in done:
-                    poked = None
-                if read in done:
-                    message, read = read.result(), None
-                    self._channels.dispatch(message)
-        finally:
-            for pending in (read, poked):
-                if pending is not None:
-                    pending.cancel()
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(pubsub.aclose())
-
-    async def _serve_shards(self, cluster: Any) -> None:
-        """:meth:`_serve` for a cluster with sharded pub/sub (see
-        :meth:`stampede._subscriber.Subscriber._serve_shards`)."""
-        loop = asyncio.get_running_loop()
-        shards = Shards(cluster.get_node_from_key)
-        reads: dict[Any, asyncio.Future[Any]] = {}  # pub/sub connection -> its pending read
-        poked: asyncio.Future[Any] | None = None
-
-        async def subscribe(channels: list[bytes]) -> None:
-            for node, group in shards.subscribing(channels):
-                pubsub = shards.pubsubs.get(node.name)
-                if pubsub is None:
-                    pubsub = shards.pubsubs[node.name] = node_client(cluster, node).pubsub()
-                await pubsub.ssubscribe(*group)
-
-        async def unsubscribe(channels: list[bytes]) -> None:
-            groups, emptied = shards.unsubscribing(channels)
-            for pubsub, group in groups:
-                await pubsub.sunsubscribe(*group)
-            for pubsub in emptied:
-                read = reads.pop(pubsub, None)
-                if read is not None:
-                    read.cancel()
-                await _close(pubsub)
-
-        try:
-            await subscribe(self._channels.resubscribed()[1:])  # no anchor: see Shards
-            idle_since: float | None = None
-            while not self._stopping:
-                to_subscribe, to_unsubscribe = self._channels.take_pending()
-                await unsubscribe(to_unsubscribe)
-                await subscribe(to_subscribe)
-                now = loop.time()
-                if len(self._channels):
-                    idle_since = None
-                elif idle_since is None:
-                    idle_since = now
-                elif now - idle_since >= IDLE_SECONDS and not self._channels.pending:
-                    return
-                for pubsub in shards.pubsubs.values():
+                for pubsub in link.pubsubs():
                     if pubsub not in reads:
                         reads[pubsub] = asyncio.ensure_future(pubsub.get_message(timeout=None))
                 if poked is None:
@@ -209,14 +147,88 @@ class AsyncSubscriber:
                     if read in done:
                         del reads[pubsub]
                         message = read.result()
-                        shards.check(message)  # a slot that moved away: raises, to start over
+                        link.check(message)
                         self._channels.dispatch(message)
         finally:
             for pending in (*reads.values(), poked):
                 if pending is not None:
                     pending.cancel()
-            for pubsub in shards.pubsubs.values():
-                await _close(pubsub)
+            await link.aclose()
+
+
+async def _link(client: Any) -> _Classic | _Sharded:
+    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+        sharded = await ask_sharded(client)
+        if sharded is None:
+            raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
+        if sharded:
+            return _Sharded(client)
+    return _Classic(client)
+
+
+class _Classic:
+    """One pub/sub connection, classic channels (see :mod:`stampede._subscriber`)."""
+
+    anchored = True
+
+    def __init__(self, client: Any) -> None:
+        self._pubsub = client.pubsub()
+
+    async def subscribe(self, channels: list[bytes]) -> None:
+        if channels:
+            await self._pubsub.subscribe(*channels)
+
+    async def unsubscribe(self, channels: list[bytes]) -> list[Any]:
+        """Unsubscribe; the connections closed as left with no channel."""
+        if channels:
+            await self._pubsub.unsubscribe(*channels)
+        return []
+
+    def pubsubs(self) -> list[Any]:
+        return [self._pubsub]
+
+    def check(self, message: dict[str, Any] | None) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        with contextlib.suppress(BaseException):
+            await asyncio.shield(self._pubsub.aclose())
+
+
+class _Sharded:
+    """Sharded pub/sub on a cluster, a connection per node with waiters."""
+
+    anchored = False
+
+    def __init__(self, cluster: Any) -> None:
+        self._cluster = cluster
+        self._shards = Shards(cluster.get_node_from_key)
+
+    async def subscribe(self, channels: list[bytes]) -> None:
+        shards = self._shards
+        for node, group in shards.subscribing(channels):
+            pubsub = shards.pubsubs.get(node.name)
+            if pubsub is None:
+                pubsub = shards.pubsubs[node.name] = node_client(self._cluster, node).pubsub()
+            await pubsub.ssubscribe(*group)
+
+    async def unsubscribe(self, channels: list[bytes]) -> list[Any]:
+        groups, emptied = self._shards.unsubscribing(channels)
+        for pubsub, group in groups:
+            await pubsub.sunsubscribe(*group)
+        for pubsub in emptied:
+            await _close(pubsub)
+        return emptied
+
+    def pubsubs(self) -> list[Any]:
+        return list(self._shards.pubsubs.values())
+
+    def check(self, message: dict[str, Any] | None) -> None:
+        self._shards.check(message)  # a slot that moved away: raises, to start over
+
+    async def aclose(self) -> None:
+        for pubsub in self._shards.pubsubs.values():
+            await _close(pubsub)
 
 
 async def _close(pubsub: Any) -> None:

@@ -139,18 +139,11 @@ class Subscriber:
                     sock.close()
 
     def _serve(self, client: Any) -> None:
-        if isinstance(client, redis.cluster.RedisCluster):
-            sharded = ask_sharded(client)
-            if sharded is None:
-                raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
-            if sharded:
-                self._serve_shards(client)
-                return
-        pubsub = client.pubsub()
+        link = self._link(client)
         try:
             with self._lock:
                 channels = self._channels.resubscribed()
-            pubsub.subscribe(*channels)
+            link.subscribe(channels if link.anchored else channels[1:])
             idle_since: float | None = None
             while True:
                 with self._lock:
@@ -158,10 +151,8 @@ class Subscriber:
                         return
                     subscribe, unsubscribe = self._channels.take_pending()
                     watched = len(self._channels)
-                if subscribe:
-                    pubsub.subscribe(*subscribe)
-                if unsubscribe:
-                    pubsub.unsubscribe(*unsubscribe)
+                link.unsubscribe(unsubscribe)
+                link.subscribe(subscribe)
                 now = time.monotonic()
                 if watched:
                     idle_since = None
@@ -171,66 +162,25 @@ class Subscriber:
                     with self._lock:
                         if not len(self._channels) and not self._channels.pending:
                             return
-                self._sleep(pubsub)
+                pubsubs = link.pubsubs()
+                self._sleep(*pubsubs)
                 # Everything readable now, parsed or still in the socket.
-                while (message := pubsub.get_message(timeout=0)) is not None:
-                    with self._lock:
-                        self._channels.dispatch(message)
-        finally:
-            with contextlib.suppress(Exception):
-                pubsub.close()
-
-    def _serve_shards(self, cluster: Any) -> None:
-        """:meth:`_serve` for a cluster with sharded pub/sub: each channel is
-        subscribed (``SSUBSCRIBE``) on the node that owns its slot, one
-        connection per node that has waiters."""
-        shards = Shards(cluster.get_node_from_key)
-
-        def subscribe(channels: list[bytes]) -> None:
-            for node, group in shards.subscribing(channels):
-                pubsub = shards.pubsubs.get(node.name)
-                if pubsub is None:
-                    pubsub = shards.pubsubs[node.name] = node_client(cluster, node).pubsub()
-                pubsub.ssubscribe(*group)
-
-        def unsubscribe(channels: list[bytes]) -> None:
-            groups, emptied = shards.unsubscribing(channels)
-            for pubsub, group in groups:
-                pubsub.sunsubscribe(*group)
-            for pubsub in emptied:
-                _close(pubsub)
-
-        try:
-            with self._lock:
-                channels = self._channels.resubscribed()[1:]  # no anchor: see Shards
-            subscribe(channels)
-            idle_since: float | None = None
-            while True:
-                with self._lock:
-                    if self._closed:
-                        return
-                    to_subscribe, to_unsubscribe = self._channels.take_pending()
-                    watched = len(self._channels)
-                unsubscribe(to_unsubscribe)
-                subscribe(to_subscribe)
-                now = time.monotonic()
-                if watched:
-                    idle_since = None
-                elif idle_since is None:
-                    idle_since = now
-                elif now - idle_since >= IDLE_SECONDS:
-                    with self._lock:
-                        if not len(self._channels) and not self._channels.pending:
-                            return
-                self._sleep(*shards.pubsubs.values())
-                for pubsub in list(shards.pubsubs.values()):
-                    while (message := pubsub.get_message(timeout=0)) is not None:
-                        shards.check(message)  # a slot that moved away: raises, to start over
+                for pubsub in pubsubs:
+                    while (message := link.read(pubsub)) is not None:
                         with self._lock:
                             self._channels.dispatch(message)
         finally:
-            for pubsub in shards.pubsubs.values():
-                _close(pubsub)
+            link.close()
+
+    @staticmethod
+    def _link(client: Any) -> _Classic | _Sharded:
+        if isinstance(client, redis.cluster.RedisCluster):
+            sharded = ask_sharded(client)
+            if sharded is None:
+                raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
+            if sharded:
+                return _Sharded(client)
+        return _Classic(client)
 
     def _sleep(self, *pubsubs: Any) -> None:
         """Until a connection has data, a waiter pokes, or a second passes."""
@@ -243,6 +193,72 @@ class Subscriber:
         if reader in readable:
             with contextlib.suppress(OSError):
                 reader.recv(4096)
+
+
+class _Classic:
+    """One pub/sub connection, classic channels (``SUBSCRIBE``)."""
+
+    anchored = True  # see ANCHOR_PREFIX
+
+    def __init__(self, client: Any) -> None:
+        self._pubsub = client.pubsub()
+
+    def subscribe(self, channels: list[bytes]) -> None:
+        if channels:
+            self._pubsub.subscribe(*channels)
+
+    def unsubscribe(self, channels: list[bytes]) -> None:
+        if channels:
+            self._pubsub.unsubscribe(*channels)
+
+    def pubsubs(self) -> list[Any]:
+        return [self._pubsub]
+
+    def read(self, pubsub: Any) -> dict[str, Any] | None:
+        message: dict[str, Any] | None = pubsub.get_message(timeout=0)
+        return message
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._pubsub.close()
+
+
+class _Sharded:
+    """A cluster with sharded pub/sub: each channel subscribed (``SSUBSCRIBE``)
+    on the node that owns its slot, one connection per node with waiters."""
+
+    anchored = False  # see Shards
+
+    def __init__(self, cluster: Any) -> None:
+        self._cluster = cluster
+        self._shards = Shards(cluster.get_node_from_key)
+
+    def subscribe(self, channels: list[bytes]) -> None:
+        shards = self._shards
+        for node, group in shards.subscribing(channels):
+            pubsub = shards.pubsubs.get(node.name)
+            if pubsub is None:
+                pubsub = shards.pubsubs[node.name] = node_client(self._cluster, node).pubsub()
+            pubsub.ssubscribe(*group)
+
+    def unsubscribe(self, channels: list[bytes]) -> None:
+        groups, emptied = self._shards.unsubscribing(channels)
+        for pubsub, group in groups:
+            pubsub.sunsubscribe(*group)
+        for pubsub in emptied:
+            _close(pubsub)
+
+    def pubsubs(self) -> list[Any]:
+        return list(self._shards.pubsubs.values())
+
+    def read(self, pubsub: Any) -> dict[str, Any] | None:
+        message: dict[str, Any] | None = pubsub.get_message(timeout=0)
+        self._shards.check(message)  # a slot that moved away: raises, to start over
+        return message
+
+    def close(self) -> None:
+        for pubsub in self._shards.pubsubs.values():
+            _close(pubsub)
 
 
 def _close(pubsub: Any) -> None:
