@@ -32,6 +32,7 @@ from ._serializers import Serializer as Serializer
 from ._serializers import serializer_from as serializer_from
 from ._sync import Stampede as Stampede
 from ._sync import redis_client as redis_client
+from ._urls import redact as redact_url
 
 __version__ = "0.1.0"
 
@@ -57,6 +58,7 @@ __all__ = [
     "default",
     "function_key",
     "get_or_rebuild",
+    "redact_url",
     "redis_client",
     "serializer_from",
 ]

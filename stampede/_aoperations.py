@@ -18,6 +18,7 @@ from ._base import UNSET, StampedeBase
 from ._envelope import Entry
 from ._events import EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
+from ._flow import FAILOVER_BACKOFF
 from ._keys import Keys
 from ._nodes import record_sharded, sharded_known
 
@@ -46,6 +47,9 @@ class AsyncOperations(StampedeBase):
         raise NotImplementedError
 
     async def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
+        raise NotImplementedError
+
+    async def _pause(self, seconds: float) -> None:
         raise NotImplementedError
 
     async def _ask_sharded(self) -> None:
@@ -88,7 +92,9 @@ class AsyncOperations(StampedeBase):
         """The stored entry of ``key`` (value, freshness, age), or ``None``.
 
         A plain read: no lease, no rebuild, no waiting. When the primary
-        fails, a replica's copy is returned if one answers.
+        fails, a replica's copy is returned if one answers; where none does
+        and the primary can fail over (a cluster, Sentinel), it is asked
+        again until a replica is promoted, within ``wait_timeout``.
         """
         keys = self._keys(key)
         try:
@@ -97,12 +103,40 @@ class AsyncOperations(StampedeBase):
             lookup = self._read_failed(keys, exc)
             if lookup.error is None:
                 return None
-            entry = self._decode(keys, await self._standby_get(keys))
+            answered, raw = await self._standby_read(keys)
+            if not answered:
+                return self._decode(keys, (await self._outlast_failover(lookup.error, [keys]))[0])
+            entry = self._decode(keys, raw)
             if entry is None:
-                raise lookup.error from exc
+                raise lookup.error from exc  # the replica has nothing: no copy to serve
             self._emit(keys, EventKind.REPLICA_HIT)
             return entry
         return self._decode(keys, raw)
+
+    async def _outlast_failover(self, error: RedisUnavailableError, names: list[Keys]) -> list[Any]:
+        """Neither the primary nor a replica answered: where the primary can
+        fail over, read ``names`` again (the primary, then replicas) with
+        backoff until one answers, within ``wait_timeout``; else raise ``error``."""
+        if self._fails_over:
+            deadline = self._clock.monotonic() + self.options.wait_timeout
+            pause = 0.05
+            while self._clock.monotonic() + pause < deadline:
+                await self._pause(pause)
+                pause = min(pause * 2, FAILOVER_BACKOFF)
+                reader = self._client
+                try:
+                    mget = getattr(reader, "mget_nonatomic", reader.mget)
+                    raws: list[Any] = await mget([keys.value for keys in names])
+                    return raws
+                except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException):
+                    pass
+                answers = [await self._standby_read(keys) for keys in names]
+                if any(answered for answered, _ in answers):
+                    for keys, (_, raw) in zip(names, answers, strict=True):
+                        if raw is not None:
+                            self._emit(keys, EventKind.REPLICA_HIT)
+                    return [raw for _, raw in answers]
+        raise error
 
     async def set(
         self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
@@ -168,16 +202,17 @@ class AsyncOperations(StampedeBase):
         try:
             with self._redis_errors("", "read several keys"):
                 raws = await mget(list(named))
-        except RedisUnavailableError:
+        except RedisUnavailableError as error:
             # The primary failed: what replicas hold, key by key (their slots'
             # replicas on a cluster), if any replica answers at all.
             answers = [await self._standby_read(names) for _, names in named.values()]
-            if not any(answered for answered, _ in answers):
-                raise
-            raws = [raw for _, raw in answers]
-            for (_, names), raw in zip(named.values(), raws, strict=True):
-                if raw is not None:
-                    self._emit(names, EventKind.REPLICA_HIT)
+            if any(answered for answered, _ in answers):
+                raws = [raw for _, raw in answers]
+                for (_, names), raw in zip(named.values(), raws, strict=True):
+                    if raw is not None:
+                        self._emit(names, EventKind.REPLICA_HIT)
+            else:
+                raws = await self._outlast_failover(error, [names for _, names in named.values()])
         return self._found_many(named, raws)
 
     async def set_many(

@@ -55,6 +55,7 @@ class AsyncSubscriber:
         self._task: asyncio.Task[None] | None = None
         self._poked = asyncio.Event()
         self._stopping = False
+        self._link: _Classic | _Sharded | None = None  # while serving
 
     def watch(self, channel: bytes) -> AsyncWatch:
         """Start watching ``channel``; stop with :meth:`unwatch`."""
@@ -111,7 +112,7 @@ class AsyncSubscriber:
 
     async def _serve(self, client: Any) -> None:
         loop = asyncio.get_running_loop()
-        link = await _link(client)
+        link = self._link = await _link(client)
         reads: dict[Any, asyncio.Future[Any]] = {}  # pub/sub connection -> its pending read
         poked: asyncio.Future[Any] | None = None
         try:
@@ -153,7 +154,15 @@ class AsyncSubscriber:
             for pending in (*reads.values(), poked):
                 if pending is not None:
                     pending.cancel()
+            self._link = None
             await link.aclose()
+
+    def connections(self) -> list[Any]:
+        """The pub/sub connections open now (for closing the sockets of a
+        subscriber whose event loop closed under it)."""
+        link = self._link
+        pubsubs = link.pubsubs() if link is not None else []
+        return [pubsub.connection for pubsub in pubsubs if pubsub.connection is not None]
 
 
 async def _link(client: Any) -> _Classic | _Sharded:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 
 from ._exceptions import ConfigurationError
@@ -58,6 +57,20 @@ class Keys:
         return f"Keys({self.name!r}, {self.value!r})"
 
 
+def _escape(raw: bytes) -> bytes:
+    """``raw`` with ``%`` and ``}`` escaped (``%25``, ``%7D``), so that a key is all
+    of its hash tag and a value's name is the only name with its ``}`` last: no
+    two keys, and no key and another's lease or fence, ever share a name. A
+    prefix of a key escapes to a prefix of the key's escape."""
+    if b"}" in raw or b"%" in raw:
+        return raw.replace(b"%", b"%25").replace(b"}", b"%7D")
+    return raw
+
+
+def _glob_escape(raw: bytes) -> bytes:
+    return re.sub(rb"([*?\[\]\\])", rb"\\\1", raw)
+
+
 class KeySpace:
     """Builds :class:`Keys` under a namespace, validating user keys."""
 
@@ -74,13 +87,13 @@ class KeySpace:
         # Keys already made, by the caller's key: a hit is one GET, and building
         # its names again (encode, concatenate, allocate) was a tenth of it.
         self._made: dict[str | bytes, Keys] = {}
-        # SCAN pattern for every key under the namespace, glob characters escaped.
-        self.pattern = re.sub(rb"([*?\[\]\\])", rb"\\\1", namespace.encode()) + b":*"
+        # SCAN pattern for every key of this namespace (and no other: "app" is
+        # not "app:tenant2", whose keys start "app:tenant2:{"), globs escaped.
+        self.pattern = _glob_escape(self._prefix) + b"*"
 
     def prefix_pattern(self, prefix: str) -> bytes:
-        """SCAN pattern for the values of every key starting with ``prefix``."""
-        escaped = re.sub(rb"([*?\[\]\\])", rb"\\\1", prefix.encode("utf-8", "surrogatepass"))
-        return re.sub(rb"([*?\[\]\\])", rb"\\\1", self._prefix) + escaped + b"*"
+        """SCAN pattern for the names of every key starting with ``prefix``."""
+        return _glob_escape(self._prefix + _escape(prefix.encode("utf-8", "surrogatepass"))) + b"*"
 
     def __call__(self, key: str | bytes) -> Keys:
         if type(key) is str or type(key) is bytes:
@@ -108,10 +121,4 @@ class KeySpace:
             raise ConfigurationError("key must not be empty")
         if len(raw) > _MAX_KEY_BYTES:
             raise ConfigurationError(f"key is {len(raw)} bytes long; the limit is {_MAX_KEY_BYTES}")
-        if raw[0] == 0x7D:  # b"}"
-            # "{}..." is an empty hash tag, which Redis Cluster ignores; tag a digest instead.
-            digest = hashlib.sha256(raw).hexdigest()[:24].encode()
-            value = self._prefix + b"#" + digest + b"}" + raw
-        else:
-            value = self._prefix + raw + b"}"
-        return Keys(name, value)
+        return Keys(name, self._prefix + _escape(raw) + b"}")

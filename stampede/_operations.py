@@ -19,6 +19,7 @@ from ._base import UNSET, StampedeBase
 from ._envelope import Entry
 from ._events import EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
+from ._flow import FAILOVER_BACKOFF
 from ._keys import Keys
 from ._nodes import record_sharded, sharded_known
 
@@ -47,6 +48,9 @@ class Operations(StampedeBase):
         raise NotImplementedError
 
     def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def _pause(self, seconds: float) -> None:
         raise NotImplementedError
 
     def _ask_sharded(self) -> None:
@@ -89,7 +93,9 @@ class Operations(StampedeBase):
         """The stored entry of ``key`` (value, freshness, age), or ``None``.
 
         A plain read: no lease, no rebuild, no waiting. When the primary
-        fails, a replica's copy is returned if one answers.
+        fails, a replica's copy is returned if one answers; where none does
+        and the primary can fail over (a cluster, Sentinel), it is asked
+        again until a replica is promoted, within ``wait_timeout``.
         """
         keys = self._keys(key)
         try:
@@ -98,12 +104,40 @@ class Operations(StampedeBase):
             lookup = self._read_failed(keys, exc)
             if lookup.error is None:
                 return None
-            entry = self._decode(keys, self._standby_get(keys))
+            answered, raw = self._standby_read(keys)
+            if not answered:
+                return self._decode(keys, (self._outlast_failover(lookup.error, [keys]))[0])
+            entry = self._decode(keys, raw)
             if entry is None:
-                raise lookup.error from exc
+                raise lookup.error from exc  # the replica has nothing: no copy to serve
             self._emit(keys, EventKind.REPLICA_HIT)
             return entry
         return self._decode(keys, raw)
+
+    def _outlast_failover(self, error: RedisUnavailableError, names: list[Keys]) -> list[Any]:
+        """Neither the primary nor a replica answered: where the primary can
+        fail over, read ``names`` again (the primary, then replicas) with
+        backoff until one answers, within ``wait_timeout``; else raise ``error``."""
+        if self._fails_over:
+            deadline = self._clock.monotonic() + self.options.wait_timeout
+            pause = 0.05
+            while self._clock.monotonic() + pause < deadline:
+                self._pause(pause)
+                pause = min(pause * 2, FAILOVER_BACKOFF)
+                reader = self._client
+                try:
+                    mget = getattr(reader, "mget_nonatomic", reader.mget)
+                    raws: list[Any] = mget([keys.value for keys in names])
+                    return raws
+                except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException):
+                    pass
+                answers = [self._standby_read(keys) for keys in names]
+                if any(answered for answered, _ in answers):
+                    for keys, (_, raw) in zip(names, answers, strict=True):
+                        if raw is not None:
+                            self._emit(keys, EventKind.REPLICA_HIT)
+                    return [raw for _, raw in answers]
+        raise error
 
     def set(
         self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
@@ -169,16 +203,17 @@ class Operations(StampedeBase):
         try:
             with self._redis_errors("", "read several keys"):
                 raws = mget(list(named))
-        except RedisUnavailableError:
+        except RedisUnavailableError as error:
             # The primary failed: what replicas hold, key by key (their slots'
             # replicas on a cluster), if any replica answers at all.
             answers = [self._standby_read(names) for _, names in named.values()]
-            if not any(answered for answered, _ in answers):
-                raise
-            raws = [raw for _, raw in answers]
-            for (_, names), raw in zip(named.values(), raws, strict=True):
-                if raw is not None:
-                    self._emit(names, EventKind.REPLICA_HIT)
+            if any(answered for answered, _ in answers):
+                raws = [raw for _, raw in answers]
+                for (_, names), raw in zip(named.values(), raws, strict=True):
+                    if raw is not None:
+                        self._emit(names, EventKind.REPLICA_HIT)
+            else:
+                raws = self._outlast_failover(error, [names for _, names in named.values()])
         return self._found_many(named, raws)
 
     def set_many(

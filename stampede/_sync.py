@@ -414,6 +414,9 @@ class Stampede(Operations):
         except RuntimeError:  # shutting down: the lease expires by itself
             pass
 
+    def _pause(self, seconds: float) -> None:
+        time.sleep(seconds)
+
     def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         try:
             with self._redis_errors(keys.name, name):

@@ -15,6 +15,7 @@ So a URL alone (``STAMPEDE_REDIS_URL``) can say which, and a mistake is a
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import unquote
@@ -28,7 +29,7 @@ import redis.sentinel
 
 from ._exceptions import ConfigurationError
 
-__all__ = ["Target", "connect", "parse_url"]
+__all__ = ["Target", "connect", "parse_url", "redact"]
 
 _CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 _SENTINEL = {"redis+sentinel": False, "rediss+sentinel": True}
@@ -51,10 +52,23 @@ class Target:
     ssl: bool = False
 
 
+_PASSWORD_IN_NETLOC = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://[^:@/]*):[^/]*@")
+_PASSWORD_IN_QUERY = re.compile(r"([?&]password=)[^&#]*", re.IGNORECASE)
+
+
+def redact(url: object) -> str:
+    """``url`` fit to print: its password, in the authority or the query,
+    replaced by ``***`` (as redis-py and SQLAlchemy show URLs). Anything
+    that is not a string is shown as its ``repr``."""
+    if not isinstance(url, str):
+        return repr(url)
+    return _PASSWORD_IN_QUERY.sub(r"\1***", _PASSWORD_IN_NETLOC.sub(r"\1:***@", url))
+
+
 def parse_url(url: str, *, cluster: bool = False) -> Target:
     """The :class:`Target` of ``url``; ``cluster=True`` reads a plain URL as a cluster node's."""
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"url must be a Redis URL such as redis://host:6379/0, got {url!r}")
+        raise ConfigurationError(f"url must be a Redis URL such as redis://host:6379/0, got {redact(url)!r}")
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
     if scheme in _SENTINEL:
@@ -64,7 +78,9 @@ def parse_url(url: str, *, cluster: bool = False) -> Target:
         return Target("server", url)
     path = rest.split("?", 1)[0].split("/", 1)
     if len(path) == 2 and path[1] not in ("", "0"):
-        raise ConfigurationError(f"a Redis Cluster has only database 0; the url names {path[1]!r}: {url!r}")
+        raise ConfigurationError(
+            f"a Redis Cluster has only database 0; the url names {path[1]!r}: {redact(url)!r}"
+        )
     # More startup nodes, comma-separated: any of them that answers will do.
     location, tail = path[0], rest[len(path[0]) :]
     credentials, at, hosts = location.rpartition("@")
@@ -73,14 +89,14 @@ def parse_url(url: str, *, cluster: bool = False) -> Target:
     for address in others:
         host, _, port = address.strip().rpartition(":")
         if not host or not port.isdigit():
-            raise ConfigurationError(f"a cluster node in {url!r} must be host:port, got {address!r}")
+            raise ConfigurationError(f"a cluster node in {redact(url)!r} must be host:port, got {address!r}")
         nodes.append((host, int(port)))
     return Target("cluster", f"{plain or scheme}://{credentials}{at}{first}{tail}", sentinels=tuple(nodes))
 
 
 def _sentinel(url: str, rest: str, *, ssl: bool) -> Target:
     if "?" in rest:
-        raise ConfigurationError(f"a redis+sentinel:// url takes no query: {url!r}")
+        raise ConfigurationError(f"a redis+sentinel:// url takes no query: {redact(url)!r}")
     credentials, _, location = rest.rpartition("@")
     username = password = None
     if credentials:
@@ -92,18 +108,20 @@ def _sentinel(url: str, rest: str, *, ssl: bool) -> Target:
     if not parts or len(parts) > 2:
         raise ConfigurationError(
             f"a redis+sentinel:// url names the service, and a database if any: "
-            f"redis+sentinel://host:26379/mymaster/0, got {url!r}"
+            f"redis+sentinel://host:26379/mymaster/0, got {redact(url)!r}"
         )
     db = 0
     if len(parts) == 2:
         if not parts[1].isdigit():
-            raise ConfigurationError(f"the database in {url!r} must be a number, got {parts[1]!r}")
+            raise ConfigurationError(f"the database in {redact(url)!r} must be a number, got {parts[1]!r}")
         db = int(parts[1])
     sentinels = []
     for address in hosts.split(","):
         host, has_port, port = address.rpartition(":") if ":" in address else (address, "", "")
         if not host or (has_port and not port.isdigit()):
-            raise ConfigurationError(f"a Sentinel address in {url!r} must be host[:port], got {address!r}")
+            raise ConfigurationError(
+                f"a Sentinel address in {redact(url)!r} must be host[:port], got {address!r}"
+            )
         sentinels.append((host, int(port) if port else _SENTINEL_PORT))
     return Target(
         "sentinel",

@@ -354,6 +354,9 @@ class Stampede(AsyncOperations):
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
 
+    async def _pause(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
     async def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         try:
             with self._redis_errors(keys.name, name):
@@ -612,6 +615,7 @@ def for_running_loop(key: Hashable, factory: Callable[[], Stampede]) -> Stampede
 
 def _abandon(instance: Stampede) -> None:
     """Close the sockets of an instance whose loop is closed (so cannot be awaited)."""
+    _close_sockets(instance._subscriber.connections())  # its own node clients' too
     for client in _clients_of(instance):
         pool = getattr(client, "connection_pool", None)
         if pool is not None:
@@ -621,16 +625,21 @@ def _abandon(instance: Stampede) -> None:
             nodes = {id(node): node for node in (*manager.startup_nodes.values(), *client.get_nodes())}
             connections = [c for node in nodes.values() for c in getattr(node, "_connections", ())]
             client._initialize = True  # what its aclose() records: it is closed, not leaked
-        for connection in connections:
-            transport: Any = getattr(getattr(connection, "_writer", None), "transport", None)
-            sock = getattr(transport, "_sock", None)
-            if sock is not None:
-                with contextlib.suppress(OSError):
-                    sock.close()
-                # What transport.close() would record, had it a loop to run on.
-                transport._sock = None
-                transport._closing = True
-            connection._reader = connection._writer = None
+        _close_sockets(connections)
+
+
+def _close_sockets(connections: list[Any]) -> None:
+    """Close the sockets of ``redis.asyncio`` connections without their loop."""
+    for connection in connections:
+        transport: Any = getattr(getattr(connection, "_writer", None), "transport", None)
+        sock = getattr(transport, "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+            # What transport.close() would record, had it a loop to run on.
+            transport._sock = None
+            transport._closing = True
+        connection._reader = connection._writer = None
 
 
 def _clients_of(instance: Stampede) -> list[Any]:

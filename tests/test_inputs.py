@@ -143,3 +143,32 @@ def test_serializer_from_a_setting() -> None:
         stampede.serializer_from("nope.Nope")
     with pytest.raises(ConfigurationError, match="serializer must be 'pickle', 'json'"):
         stampede.serializer_from(42)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:hunter2@h:6379/0", "redis://:***@h:6379/0"),
+        ("rediss://user:hunter2@h/1", "rediss://user:***@h/1"),
+        ("redis://:hun@ter2@h/0", "redis://:***@h/0"),  # an unescaped "@" in the password
+        (
+            "redis+sentinel://u:hunter2@h1:26379,h2/mymaster/0",
+            "redis+sentinel://u:***@h1:26379,h2/mymaster/0",
+        ),
+        ("redis://h:6379/0?password=hunter2&db=1", "redis://h:6379/0?password=***&db=1"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+    ],
+)
+def test_urls_are_shown_without_their_password(url: str, shown: str) -> None:
+    assert stampede.redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["redis+sentinel://:hunter2@h/", "redis+cluster://:hunter2@h:7000/3", "redis+sentinel://:hunter2@h/s/x"],
+)
+def test_a_refused_url_is_named_without_its_password(url: str) -> None:
+    with pytest.raises(stampede.ConfigurationError) as raised:
+        stampede.Stampede.from_url(url)
+    assert "hunter2" not in str(raised.value)
+    assert "***" in str(raised.value)

@@ -233,6 +233,66 @@ def test_delete_prefix(make_driver: Any) -> None:
         sf.delete_prefix("")
 
 
+#: Keys that once shared names: a key starting with "}" was stored under a
+#: digest a plain key starting with "#" could spell, and a key ending in
+#: ":lease" could sit on another key's lease.
+TRICKY = [
+    "}user-supplied}",
+    "#356c}}user-supplied",
+    "}victim",
+    "}victim}:lease",
+    "victim}:lease",
+    "a%7Db",
+    "a}b",
+    "a%b",
+    "{x}",
+    "x",
+    "%",
+    "}",
+]
+
+
+def test_no_two_keys_share_a_redis_name() -> None:
+    space = KeySpace("app")
+    names: dict[bytes, str] = {}
+    for key in TRICKY:
+        made = space(key)
+        for name in (made.value, made.lease, made.fence, made.channel, made.scratch):
+            assert names.setdefault(name, key) == key, f"{key!r} and {names[name]!r} share {name!r}"
+        # The whole key is the hash tag (a cluster slot of its own), never empty.
+        tag = made.value[made.value.index(b"{") + 1 : made.value.index(b"}")]
+        assert tag
+        assert made.value.endswith(b"}")
+        assert made.value.count(b"}") == 1
+
+
+def test_tricky_keys_keep_their_own_values_and_leases(make_driver: Any) -> None:
+    sf = make_driver(on_wait_timeout="raise", wait_timeout=2)
+    sf.set_many({key: key.upper() for key in TRICKY}, ttl=60)
+    assert sf.get_many(TRICKY) == {key: key.upper() for key in TRICKY}
+    sf.delete("}victim")
+    # A value under "}victim}:lease" is not a lease on "}victim": no wait.
+    assert sf.get_or_rebuild("}victim", lambda: "rebuilt", ttl=60) == "rebuilt"
+    assert sf.delete_prefix("#") == 1  # not the keys starting with "}"
+    assert sf.get("}user-supplied}").value == "}USER-SUPPLIED}"
+    assert sf.delete_prefix("}") == 4  # "}user-supplied}", "}victim", "}victim}:lease", "}"
+    assert sf.delete_prefix("a%") == 2  # "a%7Db" and "a%b", not "a}b"
+    assert sf.get("a}b").value == "A}B"
+
+
+def test_clear_stays_in_its_namespace(make_driver: Any, client: redis.Redis, namespace: str) -> None:
+    # A namespace that is a prefix of another's, and a foreign key alike.
+    sf = make_driver(namespace=namespace)
+    tenant = make_driver(namespace=f"{namespace}:tenant2")
+    sf.set("k", 1, ttl=60)
+    tenant.set("k", 2, ttl=60)
+    client.set(f"{namespace}:session:42", b"theirs")
+    assert sf.clear() == 1
+    assert tenant.get("k").value == 2
+    assert client.get(f"{namespace}:session:42") == b"theirs"
+    assert tenant.delete_prefix("k") == 1
+
+
 def test_function_key_is_public_and_stable() -> None:
     import stampede
 

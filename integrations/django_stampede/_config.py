@@ -52,6 +52,17 @@ def _pool_option_names() -> frozenset[str]:
 _POOL_OPTIONS = _pool_option_names()
 
 
+#: Pool options never shown.
+_SECRETS = frozenset({"password", "ssl_password", "credential_provider"})
+
+
+def _shown(location: Any) -> str:
+    """A LOCATION (a URL or several) fit for a message: passwords hidden."""
+    if isinstance(location, (list, tuple)):
+        return "[" + ", ".join(repr(stampede.redact_url(url)) for url in location) + "]"
+    return repr(stampede.redact_url(location)) if isinstance(location, str) else repr(location)
+
+
 def _bad(setting: str, problem: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"django_stampede: {setting} {problem}")
 
@@ -77,16 +88,16 @@ def _servers(location: Any) -> tuple[str, ...]:
     elif isinstance(location, (list, tuple)) and all(isinstance(part, str) for part in location):
         servers = list(location)
     else:
-        raise _bad("LOCATION", f"must be a Redis URL or a list of them, got {location!r}")
+        raise _bad("LOCATION", f"must be a Redis URL or a list of them, got {_shown(location)}")
     if not servers:
         raise _bad("LOCATION", "names no Redis server")
     for url in servers:
         if _SPECIAL.match(url) and len(servers) > 1:
-            raise _bad("LOCATION", f"a cluster or Sentinel URL stands alone, got {location!r}")
+            raise _bad("LOCATION", f"a cluster or Sentinel URL stands alone, got {_shown(location)}")
         if not re.match(r"^(rediss?(\+cluster|\+sentinel)?|unix)://", url):
             raise _bad(
                 "LOCATION",
-                f"entry {url!r} is not a redis://, rediss://, unix://, "
+                f"entry {_shown(url)} is not a redis://, rediss://, unix://, "
                 "redis+cluster:// or redis+sentinel:// URL",
             )
     return tuple(servers)
@@ -136,13 +147,15 @@ def _sentinel_location(servers: tuple[str, ...], sentinels: Any) -> str:
     if len(servers) != 1 or not re.match(r"^rediss?://", servers[0]):
         raise _bad(
             "LOCATION",
-            f"with OPTIONS['SENTINELS'] must be one 'redis://<service>/<db>' URL, got {servers!r}",
+            f"with OPTIONS['SENTINELS'] must be one 'redis://<service>/<db>' URL, got {_shown(servers)}",
         )
     scheme, rest = servers[0].split("://", 1)
     authority, _, path = rest.partition("/")
     credentials, at, service = authority.rpartition("@")
     if not service or ":" in service:
-        raise _bad("LOCATION", f"with OPTIONS['SENTINELS'] names the service as its host, got {servers[0]!r}")
+        raise _bad(
+            "LOCATION", f"with OPTIONS['SENTINELS'] names the service as its host, got {_shown(servers[0])}"
+        )
     db = path.split("?", 1)[0].strip("/") or "0"
     return f"{scheme}+sentinel://{credentials}{at}{','.join(addresses)}/{service}/{db}"
 
@@ -199,6 +212,14 @@ class CacheConfig:
     serializer: Any  # the setting (a name, path or object): compared, not built, per instance
     on_event: Any
     pool_key: Any = None  # pool_options, hashable: what comparisons use
+
+    def __repr__(self) -> str:
+        # Printed by error reporters and debuggers: no password in it.
+        pool = {name: "***" if name in _SECRETS else value for name, value in self.pool_options}
+        return (
+            f"CacheConfig(servers={_shown(self.servers)}, pool_options={pool!r}, "
+            f"options={self.options!r}, namespace={self.namespace!r})"
+        )
 
     @classmethod
     def from_django(cls, location: Any, params: dict[str, Any]) -> CacheConfig:

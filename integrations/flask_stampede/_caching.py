@@ -103,7 +103,8 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None]:
     if url is None:
         url = os.environ.get("STAMPEDE_REDIS_URL") or os.environ.get("REDIS_URL")
     if not isinstance(url, str) or not _SCHEMES.match(url):
-        raise _bad("CACHE_REDIS_URL", f"must be a Redis URL, got {url!r}")
+        shown = stampede.redact_url(url) if isinstance(url, str) else url
+        raise _bad("CACHE_REDIS_URL", f"must be a Redis URL, got {shown!r}")
     return url, db
 
 

@@ -57,6 +57,15 @@ class Settings:
     cache_header: str | None
     cache_control: bool
 
+    def __repr__(self) -> str:
+        # Printed by error reporters and debuggers: no password in it.
+        hidden = ("password", "ssl_password", "credential_provider")
+        options = {name: "***" if name in hidden else value for name, value in self.redis_options.items()}
+        return (
+            f"Settings(redis_url={stampede.redact_url(self.redis_url)!r}, redis_options={options!r}, "
+            f"namespace={self.namespace!r}, options={self.options!r})"
+        )
+
     @classmethod
     def from_config(cls, config: Any) -> Settings:
         unknown = sorted(
@@ -83,7 +92,7 @@ class Settings:
             raise _bad(
                 "STAMPEDE_REDIS_URL",
                 "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL, "
-                f"got {url!r}",
+                f"got {(stampede.redact_url(url) if isinstance(url, str) else url)!r}",
             )
         redis_options = config.get("STAMPEDE_REDIS_OPTIONS", {})
         if not isinstance(redis_options, dict):

@@ -153,3 +153,17 @@ def test_timeout_none_never_expires() -> None:
     assert cache.ttl("k") is None
     assert cache.stampede.client.pttl(cache.stampede.namespace + ":{:1:k}") == -1
     cache.clear()
+
+
+def test_no_password_in_the_configuration_repr_or_errors(redis_url: str) -> None:
+    from django_stampede._config import CacheConfig
+
+    config = CacheConfig.from_django(
+        "redis://:hunter2@127.0.0.1:6379/0", {"OPTIONS": {"password": "hunter2", "NAMESPACE": "n"}}
+    )
+    assert "hunter2" not in repr(config)
+    assert "***" in repr(config)
+    for location in ("http://:hunter2@h/0", ["redis+cluster://:hunter2@h:7000", "redis://h/0"]):
+        with pytest.raises(ImproperlyConfigured) as raised:
+            StampedeCache(location, {})
+        assert "hunter2" not in str(raised.value)

@@ -194,3 +194,26 @@ def test_a_refresher_whose_response_sets_a_cookie_gets_its_own_response(
     # request refreshes it (and that page, cookie-free, is stored).
     assert body(url) == "render 3"
     assert body(url) == "render 3"
+
+
+def test_no_password_in_the_settings_repr_or_errors(redis_url: str) -> None:
+    from flask_caching import Cache
+    from flask_stampede import Stampede as FlaskStampede
+    from flask_stampede._config import Settings
+
+    settings = Settings.from_config(
+        {
+            "STAMPEDE_REDIS_URL": "redis://:hunter2@127.0.0.1:1/0",
+            "STAMPEDE_REDIS_OPTIONS": {"password": "hunter2"},
+        }
+    )
+    assert "hunter2" not in repr(settings)
+    for config in (
+        {"STAMPEDE_REDIS_URL": "http://:hunter2@h/0"},
+        {"CACHE_TYPE": "flask_stampede.StampedeCache", "CACHE_REDIS_URL": "http://:hunter2@h/0"},
+    ):
+        app = Flask(__name__)
+        app.config.update(config)
+        with pytest.raises(stampede.ConfigurationError) as raised:
+            FlaskStampede(app) if "STAMPEDE_REDIS_URL" in config else Cache(app)
+        assert "hunter2" not in str(raised.value)
