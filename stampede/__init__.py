@@ -21,6 +21,7 @@ from ._events import Event as Event
 from ._events import EventHook as EventHook
 from ._events import EventKind as EventKind
 from ._exceptions import ConfigurationError as ConfigurationError
+from ._exceptions import KeyTypeError as KeyTypeError
 from ._exceptions import RedisUnavailableError as RedisUnavailableError
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import StampedeError as StampedeError
@@ -44,6 +45,7 @@ __all__ = [
     "EventHook",
     "EventKind",
     "JsonSerializer",
+    "KeyTypeError",
     "Lease",
     "Options",
     "PickleSerializer",

@@ -22,7 +22,7 @@ from ._envelope import FRESH_UNTIL_OFFSET, HEADER, INT_CODEC, MAGIC, CorruptEntr
 from ._events import Event, EventHook, EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError, SerializationError, WaitTimeoutError
 from ._flights import Flights
-from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release
+from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release, check_size
 from ._keys import Keys, KeySpace
 from ._nodes import node_client
 from ._options import Options
@@ -480,6 +480,7 @@ class StampedeBase:
                 f"cannot serialize the value for key {keys.name!r} with {self.serializer!r}: {exc}",
                 key=keys.name,
             ) from exc
+        check_size(data, keys.name, options.max_value_size)
         return [data, options.expire_ms or 0, keys.channel, self.options.lapse_ms]
 
     def _delete_args(self, keys: Keys) -> list[Any]:

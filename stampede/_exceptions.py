@@ -4,6 +4,7 @@ Every error the library itself raises derives from :class:`StampedeError`::
 
     StampedeError
     ├── ConfigurationError     bad argument, option, key or client (also a ValueError)
+    │   └── KeyTypeError       a key neither str nor bytes (also a TypeError)
     ├── SerializationError     the serializer could not encode a value
     ├── RedisUnavailableError  Redis unreachable, timing out or refusing a command
     └── WaitTimeoutError       a missing key was not rebuilt within ``wait_timeout``
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigurationError",
+    "KeyTypeError",
     "RedisUnavailableError",
     "SerializationError",
     "StampedeError",
@@ -30,6 +32,11 @@ class StampedeError(Exception):
 
 class ConfigurationError(StampedeError, ValueError):
     """An argument, option, key or client is not usable; the message names it."""
+
+
+class KeyTypeError(ConfigurationError, TypeError):
+    """A key that is neither ``str`` nor ``bytes``: a ``TypeError``, as Python
+    code expects of a wrong type, and a :class:`ConfigurationError` too."""
 
 
 class SerializationError(StampedeError):

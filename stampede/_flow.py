@@ -43,6 +43,7 @@ __all__ = [
     "Standby",
     "Wait",
     "Waited",
+    "check_size",
     "new_token",
     "renew_interval",
     "wake_interval",
@@ -213,6 +214,17 @@ def wake_interval(remaining: float, lease_pttl_ms: int, subscribed: bool) -> flo
         return max(0.0, min(remaining, random.uniform(0.05, 0.1)))
     until_expiry = lease_pttl_ms / 1000 if lease_pttl_ms > 0 else 0.05
     return max(0.0, min(remaining, until_expiry + random.uniform(0.005, 0.05), 1.0))
+
+
+def check_size(data: bytes, key: str, limit: int | None) -> None:
+    """Refuse ``data`` larger than ``limit`` bytes (``max_value_size``) before
+    it is sent: Redis would take the whole of it over the wire, then refuse it."""
+    if limit is not None and len(data) > limit:
+        raise SerializationError(
+            f"the value for key {key!r} is {len(data)} bytes once serialized; max_value_size "
+            f"is {limit} (raise it, or set it to None for no limit but Redis's)",
+            key=key,
+        )
 
 
 def renew_interval(lease_ttl: float) -> float:
@@ -580,7 +592,7 @@ class Flow:
         now = self.clock.time()
         ttl = self.options.ttl
         try:
-            return encode(
+            data = encode(
                 self.serializer,
                 rebuilt.value,
                 fresh_until=math.inf if ttl is None else now + ttl,
@@ -595,3 +607,5 @@ class Flow:
             )
             error.__cause__ = exc
             raise error from exc
+        check_size(data, self.keys.name, self.options.max_value_size)
+        return data

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, KeyTypeError
 
 __all__ = ["KeySpace", "Keys"]
 
@@ -116,7 +116,7 @@ class KeySpace:
             raw = key
             name = key.decode("utf-8", "backslashreplace")
         else:
-            raise ConfigurationError(f"key must be str or bytes, got {type(key).__name__} {key!r}")
+            raise KeyTypeError(f"key must be str or bytes, got {type(key).__name__} {key!r}")
         if not raw:
             raise ConfigurationError("key must not be empty")
         if len(raw) > _MAX_KEY_BYTES:

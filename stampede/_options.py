@@ -17,6 +17,11 @@ WaitTimeoutPolicy = Literal["rebuild", "raise"]
 CALL_OPTIONS = frozenset({"ttl", "stale_ttl", "lease_ttl", "wait_timeout", "background", "beta"})
 
 
+#: The longest time an option may name: about 68 years. Redis refuses
+#: expiries much beyond it, and Python's waits raise OverflowError.
+MAX_SECONDS = float(2**31)
+
+
 def _number(name: str, value: object) -> float:
     # bool is an int subclass; ttl=True is a bug, not one second.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -24,6 +29,10 @@ def _number(name: str, value: object) -> float:
     number = float(value)
     if not math.isfinite(number):
         raise ConfigurationError(f"{name} must be finite, got {value!r}")
+    if number > MAX_SECONDS:
+        raise ConfigurationError(
+            f"{name} must be at most {MAX_SECONDS:.0f} seconds (68 years), got {value!r}"
+        )
     return number
 
 
@@ -74,6 +83,10 @@ class Options:
         fail_open: when Redis is unreachable, run the rebuild directly
             (still coalesced within the process) instead of raising
             :class:`~stampede.RedisUnavailableError`.
+        max_value_size: the most bytes a value may take once serialized;
+            a larger one raises :class:`~stampede.SerializationError` before
+            anything is sent (a rebuild's lease is released). ``None``: no
+            limit but Redis's own (512 MB by default, less if so configured).
     """
 
     ttl: float | None = 300.0
@@ -85,6 +98,7 @@ class Options:
     background: bool = False
     beta: float | None = None
     fail_open: bool = False
+    max_value_size: int | None = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
         # Normalise in place (frozen, hence object.__setattr__) so that the
@@ -105,6 +119,9 @@ class Options:
             )
         _flag("background", self.background)
         _flag("fail_open", self.fail_open)
+        size = self.max_value_size
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
+            raise ConfigurationError(f"max_value_size must be a number of bytes >= 1 or None, got {size!r}")
         if self.beta is not None:
             set_(self, "beta", _positive("beta", self.beta))
 

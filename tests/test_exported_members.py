@@ -24,7 +24,7 @@ def test_every_public_attribute_is_in_all() -> None:
 
 def test_every_error_derives_from_stampede_error() -> None:
     errors = [getattr(stampede, name) for name in stampede.__all__ if name.endswith("Error")]
-    assert len(errors) == 5
+    assert len(errors) == 6
     for error in errors:
         assert issubclass(error, stampede.StampedeError)
 

@@ -172,3 +172,33 @@ def test_a_refused_url_is_named_without_its_password(url: str) -> None:
         stampede.Stampede.from_url(url)
     assert "hunter2" not in str(raised.value)
     assert "***" in str(raised.value)
+
+
+@pytest.mark.parametrize("name", ["ttl", "stale_ttl", "lease_ttl", "max_lease_time", "wait_timeout"])
+def test_times_beyond_what_redis_and_python_can_hold_are_refused(name: str) -> None:
+    with pytest.raises(ConfigurationError, match=f"{name} must be at most 2147483648 seconds"):
+        Options(**{name: 1e18})
+
+
+def test_a_key_of_the_wrong_type_is_a_type_error(sf: stampede.Stampede) -> None:
+    with pytest.raises(TypeError, match="key must be str or bytes, got int 12345"):
+        sf.get(12345)  # type: ignore[arg-type]
+    assert issubclass(stampede.KeyTypeError, ConfigurationError)
+
+
+def test_a_value_over_max_value_size_is_refused_before_it_is_sent(
+    sf: stampede.Stampede, client: redis.Redis
+) -> None:
+    small = stampede.Stampede(client, namespace=sf.namespace, max_value_size=1000)
+    with pytest.raises(
+        stampede.SerializationError, match="'big' is .* bytes once serialized; max_value_size is 1000"
+    ):
+        small.set("big", "x" * 5000)
+    rebuilds = []
+    with pytest.raises(stampede.SerializationError, match="max_value_size"):
+        small.get_or_rebuild("rebuilt", lambda: rebuilds.append(1) or "x" * 5000)
+    assert rebuilds == [1]
+    assert small.read("rebuilt").lease is not None  # the refused rebuild's lease was released
+    assert small.get_or_rebuild("fits", lambda: "x" * 10) == "x" * 10
+    with pytest.raises(ConfigurationError, match="max_value_size"):
+        stampede.Stampede(client, max_value_size=0)

@@ -30,6 +30,7 @@ _STAMPEDE_OPTIONS = {
     "BACKGROUND": "background",
     "BETA": "beta",
     "FAIL_OPEN": "fail_open",
+    "MAX_VALUE_SIZE": "max_value_size",
 }
 _OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "ON_EVENT", "SENTINELS"}
 #: django-redis's options for what stampede configures another way.
