@@ -22,7 +22,7 @@ from ._channels import Channels, Shards, WatchBase
 from ._events import logger
 from ._nodes import node_client
 
-__all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for"]
+__all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for", "close_sockets"]
 
 IDLE_SECONDS = 10.0
 _MAX_BACKOFF = 1.0
@@ -115,6 +115,7 @@ class AsyncSubscriber:
         link = self._link = await _link(client)
         reads: dict[Any, asyncio.Future[Any]] = {}  # pub/sub connection -> its pending read
         poked: asyncio.Future[Any] | None = None
+        abandoned = False
         try:
             channels = self._channels.resubscribed()
             await link.subscribe(channels if link.anchored else channels[1:])
@@ -150,12 +151,21 @@ class AsyncSubscriber:
                         message = read.result()
                         link.check(message)
                         self._channels.dispatch(message)
+        except GeneratorExit:
+            # This task was destroyed with its event loop: nothing can be
+            # awaited any more, so the sockets are closed as they are.
+            abandoned = True
+            raise
         finally:
             for pending in (*reads.values(), poked):
                 if pending is not None:
-                    pending.cancel()
+                    with contextlib.suppress(RuntimeError):  # a closed loop
+                        pending.cancel()
             self._link = None
-            await link.aclose()
+            if abandoned:
+                close_sockets([pubsub.connection for pubsub in link.pubsubs()])
+            else:
+                await link.aclose()
 
     def connections(self) -> list[Any]:
         """The pub/sub connections open now (for closing the sockets of a
@@ -238,6 +248,22 @@ class _Sharded:
     async def aclose(self) -> None:
         for pubsub in self._shards.pubsubs.values():
             await _close(pubsub)
+
+
+def close_sockets(connections: list[Any]) -> None:
+    """Close the sockets of ``redis.asyncio`` connections without their event
+    loop (it is closed, or gone)."""
+    for connection in connections:
+        transport: Any = getattr(getattr(connection, "_writer", None), "transport", None)
+        sock = getattr(transport, "_sock", None)
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.close()
+            # What transport.close() would record, had it a loop to run on.
+            transport._sock = None
+            transport._closing = True
+        if connection is not None:
+            connection._reader = connection._writer = None
 
 
 async def _close(pubsub: Any) -> None:

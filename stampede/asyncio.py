@@ -9,7 +9,6 @@ that a slow rebuild never blocks the event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import inspect
 import threading
@@ -21,7 +20,7 @@ import redis.asyncio
 import redis.exceptions
 
 from ._aoperations import AsyncOperations
-from ._asubscriber import async_subscriber_for
+from ._asubscriber import async_subscriber_for, close_sockets
 from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
@@ -615,7 +614,7 @@ def for_running_loop(key: Hashable, factory: Callable[[], Stampede]) -> Stampede
 
 def _abandon(instance: Stampede) -> None:
     """Close the sockets of an instance whose loop is closed (so cannot be awaited)."""
-    _close_sockets(instance._subscriber.connections())  # its own node clients' too
+    close_sockets(instance._subscriber.connections())  # its own node clients' too
     for client in _clients_of(instance):
         pool = getattr(client, "connection_pool", None)
         if pool is not None:
@@ -625,21 +624,7 @@ def _abandon(instance: Stampede) -> None:
             nodes = {id(node): node for node in (*manager.startup_nodes.values(), *client.get_nodes())}
             connections = [c for node in nodes.values() for c in getattr(node, "_connections", ())]
             client._initialize = True  # what its aclose() records: it is closed, not leaked
-        _close_sockets(connections)
-
-
-def _close_sockets(connections: list[Any]) -> None:
-    """Close the sockets of ``redis.asyncio`` connections without their loop."""
-    for connection in connections:
-        transport: Any = getattr(getattr(connection, "_writer", None), "transport", None)
-        sock = getattr(transport, "_sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
-            # What transport.close() would record, had it a loop to run on.
-            transport._sock = None
-            transport._closing = True
-        connection._reader = connection._writer = None
+        close_sockets(connections)
 
 
 def _clients_of(instance: Stampede) -> list[Any]:
