@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Callable
+
 import redis
 
 from stampede.testing import RedisCluster, RedisSentinel, RedisServer
@@ -50,6 +54,34 @@ class Failing:
         victim = self.master_of(name)
         victim.stop()
         wait_until(lambda: self._promoted(name, victim), 30)
+
+    def serve_through_failover(
+        self, name: bytes, serve: Callable[[], None], threads: int
+    ) -> list[BaseException]:
+        """Call ``serve()`` in a loop in ``threads`` threads while the master of
+        ``name`` is killed, until half a second after a replica took over; the
+        exceptions the calls raised."""
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def loop() -> None:
+            while not stop.is_set():
+                try:
+                    serve()
+                except BaseException as exc:
+                    errors.append(exc)
+
+        running = [threading.Thread(target=loop, daemon=True) for _ in range(threads)]
+        for thread in running:
+            thread.start()
+        try:
+            self.kill_master_of(name)
+            time.sleep(0.5)  # callers go on against the promoted master
+        finally:
+            stop.set()
+            for thread in running:
+                thread.join(30)
+        return errors
 
     def kill_master_without_failover(self, name: bytes) -> None:
         """Kill the master of ``name`` with failover disabled: its replicas stay replicas."""

@@ -14,7 +14,6 @@ import collections
 import gc
 import itertools
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -78,27 +77,12 @@ def test_values_served_from_replicas_while_the_master_is_gone(failing: Failing, 
     rebuilds = {name: Versions() for name in names}
     for name in names:
         assert sf.get_or_rebuild(name, rebuilds[name].next) == 1
-    errors: list[BaseException] = []
-    stop = threading.Event()
 
-    def caller() -> None:
-        while not stop.is_set():
-            for name in names:
-                try:
-                    assert sf.get_or_rebuild(name, rebuilds[name].next) == 1
-                except BaseException as exc:
-                    errors.append(exc)
+    def serve() -> None:
+        for name in names:
+            assert sf.get_or_rebuild(name, rebuilds[name].next) == 1
 
-    threads = [threading.Thread(target=caller, daemon=True) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    try:
-        failing.kill_master_of(KeySpace(namespace)(names[0]).value)
-        time.sleep(0.5)  # callers go on against the promoted master
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(30)
+    errors = failing.serve_through_failover(KeySpace(namespace)(names[0]).value, serve, threads=16)
     sf.close()
     assert errors == []
     _served_from_replicas(failing, seen)

@@ -5,8 +5,6 @@ them (a cluster, and a Sentinel service in django-redis's terms)."""
 from __future__ import annotations
 
 import collections
-import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -42,28 +40,15 @@ def test_no_error_and_no_extra_rebuild_through_a_failover(failing: Failing, name
 
     for key in keys:
         assert cache.get_or_set(key, lambda key=key: render(key), 60) == f"<html>{key}</html>"
-    errors: list[BaseException] = []
-    stop = threading.Event()
 
     def serve() -> None:
-        while not stop.is_set():
-            for key in keys:
-                try:
-                    assert cache.get_or_set(key, lambda key=key: render(key), 60) == f"<html>{key}</html>"
-                    assert cache.get(key) == f"<html>{key}</html>"
-                except BaseException as exc:
-                    errors.append(exc)
+        for key in keys:
+            assert cache.get_or_set(key, lambda key=key: render(key), 60) == f"<html>{key}</html>"
+            assert cache.get(key) == f"<html>{key}</html>"
 
-    threads = [threading.Thread(target=serve, daemon=True) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    try:
-        failing.kill_master_of(KeySpace(f"{namespace}")(cache.make_key(keys[0])).value)
-        time.sleep(0.5)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(30)
+    errors = failing.serve_through_failover(
+        KeySpace(namespace)(cache.make_key(keys[0])).value, serve, threads=8
+    )
     cache.close()
     assert errors == []
     assert set(renders.values()) == {1}

@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import collections
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -59,27 +57,9 @@ def test_no_error_and_no_extra_render_through_a_failover(failing: Failing, names
                 assert square(n) == n * n
 
     serve_all(app.test_client())
-    errors: list[BaseException] = []
-    stop = threading.Event()
-
-    def serve() -> None:
-        client = app.test_client()
-        while not stop.is_set():
-            try:
-                serve_all(client)
-            except BaseException as exc:
-                errors.append(exc)
-
-    threads = [threading.Thread(target=serve, daemon=True) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    try:
-        failing.kill_master_of(b"any")  # one master holds every key
-        time.sleep(0.5)
-    finally:
-        stop.set()
-        for thread in threads:
-            thread.join(30)
+    errors = failing.serve_through_failover(  # one master holds every key
+        b"any", lambda: serve_all(app.test_client()), threads=8
+    )
     with app.app_context():
         ext.stampede.close()
     assert errors == []
