@@ -27,10 +27,13 @@ from ._exceptions import SerializationError as SerializationError
 from ._exceptions import StampedeError as StampedeError
 from ._exceptions import WaitTimeoutError as WaitTimeoutError
 from ._options import Options as Options
+from ._serializers import Compressed as Compressed
 from ._serializers import JsonSerializer as JsonSerializer
 from ._serializers import PickleSerializer as PickleSerializer
 from ._serializers import Serializer as Serializer
 from ._serializers import serializer_from as serializer_from
+from ._signing import Signer as Signer
+from ._signing import signer_from as signer_from
 from ._sync import Stampede as Stampede
 from ._sync import redis_client as redis_client
 from ._urls import redact as redact_url
@@ -39,6 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CachedFunction",
+    "Compressed",
     "ConfigurationError",
     "Entry",
     "Event",
@@ -53,6 +57,7 @@ __all__ = [
     "RedisUnavailableError",
     "SerializationError",
     "Serializer",
+    "Signer",
     "Stampede",
     "StampedeError",
     "WaitTimeoutError",
@@ -63,4 +68,5 @@ __all__ = [
     "redact_url",
     "redis_client",
     "serializer_from",
+    "signer_from",
 ]

@@ -9,15 +9,16 @@ translated, later reads kept from sharing an older reply).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import random
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import redis.exceptions
 
-from ._base import UNSET, StampedeBase
+from ._base import SWAP_BACKOFF, UNSET, StampedeBase
 from ._envelope import Entry
 from ._events import EventKind, logger
-from ._exceptions import ConfigurationError, RedisUnavailableError
+from ._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
 from ._flow import FAILOVER_BACKOFF
 from ._keys import Keys
 from ._nodes import record_sharded, sharded_known
@@ -174,6 +175,8 @@ class AsyncOperations(StampedeBase):
         """Give the value of ``key`` a new ``ttl`` from now; returns whether there was one."""
         options = self._call_options(ttl, stale_ttl)
         keys = self._keys(key)
+        if self._codec.signer is not None:
+            return await self._swap(keys, lambda raw: self._retimed(keys, raw, options)) is not None
         return bool(await self._script("touch", keys, self._touch_args(options)))
 
     async def incr(self, key: str | bytes, delta: int = 1) -> int | None:
@@ -184,7 +187,37 @@ class AsyncOperations(StampedeBase):
         outside the signed 64-bit range.
         """
         keys = self._keys(key)
-        return self._incr_result(keys, await self._script("incr", keys, self._incr_args(delta)))
+        args = self._incr_args(delta)
+        if self._codec.signer is not None:
+            swapped = await self._swap(keys, lambda raw: (self._incremented(keys, raw, delta)[0], ""))
+            return None if swapped is None else self._incremented(keys, swapped, delta)[1]
+        return self._incr_result(keys, await self._script("incr", keys, args))
+
+    async def _swap(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
+        """Replace the signed value of ``keys`` with ``change(value)`` (the new
+        bytes and SWAP's expiry argument) by compare-and-set, as only this side
+        can sign it. Returns the value it changed, or ``None`` when there was
+        none that verifies."""
+        raw = await self._reread(keys)
+        deadline = self._clock.monotonic() + self.options.wait_timeout
+        pause = SWAP_BACKOFF
+        while True:
+            if raw is None or self._decode(keys, raw) is None:  # absent, or forged: a miss
+                return None
+            new, expire = change(raw)
+            reply = await self._script("swap", keys, [raw, new, expire])
+            if not isinstance(reply, list):
+                return raw
+            if self._clock.monotonic() + pause > deadline:
+                raise StampedeError(
+                    f"key {keys.name!r} kept changing under this update for wait_timeout "
+                    f"({self.options.wait_timeout:g}s)"
+                )
+            # Someone else's write came first: start from it, after a random
+            # pause, so that many updaters of one key do not keep colliding.
+            await self._pause(random.uniform(0, pause))
+            pause = min(pause * 2, FAILOVER_BACKOFF)
+            raw = reply[1]
 
     async def has_key(self, key: str | bytes) -> bool:
         """Whether ``key`` holds a value, fresh or stale."""

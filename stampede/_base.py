@@ -18,18 +18,28 @@ import redis.exceptions
 import redis.sentinel
 
 from . import _scripts
-from ._envelope import FRESH_UNTIL_OFFSET, HEADER, INT_CODEC, MAGIC, CorruptEntryError, Entry, decode, encode
+from ._envelope import (
+    FRESH_UNTIL_OFFSET,
+    HEADER,
+    INT_CODEC,
+    MAGIC,
+    Codec,
+    CorruptEntryError,
+    Entry,
+)
 from ._events import Event, EventHook, EventKind, logger
-from ._exceptions import ConfigurationError, RedisUnavailableError, SerializationError, WaitTimeoutError
+from ._exceptions import ConfigurationError, RedisUnavailableError, WaitTimeoutError
 from ._flights import Flights
-from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release, check_size
+from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release, seal
 from ._keys import Keys, KeySpace
 from ._nodes import node_client
 from ._options import Options
 from ._serializers import PickleSerializer, Serializer
+from ._signing import signer_from
 
 __all__ = [
     "LEASE_TAKEN",
+    "SWAP_BACKOFF",
     "UNSET",
     "Lease",
     "Paused",
@@ -40,8 +50,11 @@ __all__ = [
 ]
 
 
+#: The first pause (s) of a signed ``incr`` or ``touch`` that another write overtook.
+SWAP_BACKOFF = 0.001
+
 #: The scripts that change a value (the others take, renew or free leases, or read).
-_WRITES = frozenset({"add", "commit", "incr", "invalidate", "touch", "write"})
+_WRITES = frozenset({"add", "commit", "incr", "invalidate", "swap", "touch", "write"})
 
 
 #: The error codes redis-py takes off the replies it turns into these classes.
@@ -136,7 +149,10 @@ def _check_client(client: object) -> None:
 _CALL_FIELDS = ("ttl", "stale_ttl", "lease_ttl", "wait_timeout", "background", "beta")
 _ALL_UNSET = (UNSET,) * len(_CALL_FIELDS)
 
-_SCRIPTS = ("acquire", "commit", "release", "extend", "probe", "write", "invalidate", "add", "touch", "incr")
+_SCRIPTS = (
+    *("acquire", "commit", "release", "extend", "probe"),
+    *("write", "invalidate", "add", "touch", "incr", "swap"),
+)
 
 
 class Read(NamedTuple):
@@ -203,6 +219,7 @@ class StampedeBase:
         namespace: str = "stampede",
         options: Options | None = None,
         serializer: Serializer | None = None,
+        signing_key: Any = None,
         on_event: EventHook | None = None,
         clock: Clock | None = None,
         replicas: Sequence[Any] = (),
@@ -253,6 +270,8 @@ class StampedeBase:
         self.options = base
         self._merged: dict[tuple[Any, ...], Options] = {}
         self.serializer = serializer
+        self._codec = Codec(serializer, signer_from(signing_key))
+        self._decode_raw = self._codec.decode  # bound once: it is on every hit
         self._on_event = on_event
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._now = self._clock.time  # bound once: it is on every hit
@@ -391,7 +410,7 @@ class StampedeBase:
         if raw is None:
             return None
         try:
-            return decode(self.serializer, raw)
+            return self._decode_raw(keys.value, raw)
         except CorruptEntryError as exc:
             logger.warning("ignoring unreadable data under key %r: %s", keys.name, exc)
             self._emit(keys, EventKind.CORRUPT)
@@ -402,7 +421,7 @@ class StampedeBase:
         what the flow needs. On every hit, so the common case comes first."""
         if raw is not None:
             try:
-                entry = decode(self.serializer, raw)
+                entry = self._decode_raw(keys.value, raw)
             except CorruptEntryError:
                 return Lookup(self._decode(keys, raw))  # logs and reports it
             if self._is_hit(keys, entry, options):
@@ -441,7 +460,7 @@ class StampedeBase:
         return Flow(
             keys,
             options,
-            self.serializer,
+            self._codec,
             lambda raw: self._decode(keys, raw),
             self._clock,
             emit,
@@ -465,34 +484,37 @@ class StampedeBase:
     # --- script arguments ---------------------------------------------------
 
     def _write_args(self, keys: Keys, value: Any, options: Options) -> list[Any]:
-        now = self._clock.time()
-        ttl = options.ttl
-        try:
-            data = encode(
-                self.serializer,
-                value,
-                fresh_until=float("inf") if ttl is None else now + ttl,
-                created_at=now,
-                duration=0.0,
-            )
-        except Exception as exc:
-            raise SerializationError(
-                f"cannot serialize the value for key {keys.name!r} with {self.serializer!r}: {exc}",
-                key=keys.name,
-            ) from exc
-        check_size(data, keys.name, options.max_value_size)
+        data = seal(self._codec, keys, value, options, now=self._clock.time(), duration=0.0)
         return [data, options.expire_ms or 0, keys.channel, self.options.lapse_ms]
 
     def _delete_args(self, keys: Keys) -> list[Any]:
         return ["", 0, keys.channel, self.options.lapse_ms]
 
     def _invalidate_args(self) -> list[Any]:
-        return [MAGIC, FRESH_UNTIL_OFFSET, b"\x00" * 8, self.options.lapse_ms]
+        return [self._codec.magic, FRESH_UNTIL_OFFSET, b"\x00" * 8, self.options.lapse_ms]
 
     def _touch_args(self, options: Options) -> list[Any]:
+        fresh_until = struct.pack("<d", self._fresh_until(options))
+        return [MAGIC, FRESH_UNTIL_OFFSET, fresh_until, options.expire_ms or 0]
+
+    def _fresh_until(self, options: Options) -> float:
         ttl = options.ttl
-        fresh_until = float("inf") if ttl is None else self._clock.time() + ttl
-        return [MAGIC, FRESH_UNTIL_OFFSET, struct.pack("<d", fresh_until), options.expire_ms or 0]
+        return float("inf") if ttl is None else self._clock.time() + ttl
+
+    def _retimed(self, keys: Keys, raw: bytes, options: Options) -> tuple[bytes, str]:
+        """A signed ``touch``: the new value of ``keys`` and the SWAP expiry."""
+        fresh_until = self._fresh_until(options)
+        return self._codec.resigned(keys.value, raw, fresh_until=fresh_until), str(options.expire_ms or 0)
+
+    def _incremented(self, keys: Keys, raw: bytes, delta: int) -> tuple[bytes, int]:
+        """A signed ``incr``: the new value of ``keys`` and the new integer."""
+        value = self._codec.decode(keys.value, raw).value  # raw was verified: this is cheap
+        if type(value) is not int:
+            raise TypeError(f"the value of key {keys.name!r} is not an integer")
+        total = value + delta
+        if not -(2**63) <= total < 2**63:  # as Redis's INCRBY on unsigned values
+            raise OverflowError(f"incrementing key {keys.name!r} leaves the 64-bit integer range")
+        return self._codec.resigned(keys.value, raw, payload=str(total).encode()), total
 
     @staticmethod
     def _incr_args(delta: int) -> list[Any]:
@@ -609,14 +631,14 @@ class StampedeBase:
             raise ConfigurationError(f"lease must be a stampede.Lease from read(), got {lease!r}")
         return Rebuilt(value, None, self._clock.monotonic() - lease._started)
 
-    @staticmethod
-    def _op_call(op: Acquire | Commit | Release, keys: Keys, options: Options) -> tuple[str, list[Any]]:
+    def _op_call(self, op: Acquire | Commit | Release, keys: Keys, options: Options) -> tuple[str, list[Any]]:
         """The script and arguments that carry out a lease operation."""
         if isinstance(op, Acquire):
             return "acquire", [op.token, options.lease_ms]
         if isinstance(op, Commit):
             since = "" if op.won_at is None else op.won_at
-            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, MAGIC, options.lapse_ms]
+            magic = self._codec.magic
+            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, magic, options.lapse_ms]
             return "commit", args
         return "release", [op.token, keys.channel]
 

@@ -17,12 +17,11 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from ._envelope import Entry, encode
+from ._envelope import Codec, Entry
 from ._events import EventKind, logger
 from ._exceptions import RedisUnavailableError, SerializationError, WaitTimeoutError
 from ._keys import Keys
 from ._options import Options
-from ._serializers import Serializer
 
 __all__ = [
     "RELEASED",
@@ -43,9 +42,9 @@ __all__ = [
     "Standby",
     "Wait",
     "Waited",
-    "check_size",
     "new_token",
     "renew_interval",
+    "seal",
     "wake_interval",
 ]
 
@@ -216,15 +215,35 @@ def wake_interval(remaining: float, lease_pttl_ms: int, subscribed: bool) -> flo
     return max(0.0, min(remaining, until_expiry + random.uniform(0.005, 0.05), 1.0))
 
 
-def check_size(data: bytes, key: str, limit: int | None) -> None:
-    """Refuse ``data`` larger than ``limit`` bytes (``max_value_size``) before
-    it is sent: Redis would take the whole of it over the wire, then refuse it."""
+def seal(codec: Codec, keys: Keys, value: Any, options: Options, *, now: float, duration: float) -> bytes:
+    """The envelope of ``value`` for ``keys`` under ``options`` (its ``ttl``),
+    refused with :class:`SerializationError` when the serializer fails or it is
+    larger than ``max_value_size`` (before it is sent: Redis would take the
+    whole of it over the wire, then refuse it)."""
+    ttl = options.ttl
+    try:
+        data = codec.encode(
+            keys.value,
+            value,
+            fresh_until=math.inf if ttl is None else now + ttl,
+            created_at=now,
+            duration=duration,
+        )
+    except Exception as exc:
+        error = SerializationError(
+            f"cannot serialize the value for key {keys.name!r} with {codec.serializer!r}: {exc}",
+            key=keys.name,
+        )
+        error.__cause__ = exc
+        raise error from exc
+    limit = options.max_value_size
     if limit is not None and len(data) > limit:
         raise SerializationError(
-            f"the value for key {key!r} is {len(data)} bytes once serialized; max_value_size "
+            f"the value for key {keys.name!r} is {len(data)} bytes once serialized; max_value_size "
             f"is {limit} (raise it, or set it to None for no limit but Redis's)",
-            key=key,
+            key=keys.name,
         )
+    return data
 
 
 def renew_interval(lease_ttl: float) -> float:
@@ -252,7 +271,7 @@ class Flow:
     Args:
         keys: the Redis names of the key.
         options: the call's effective options.
-        serializer: encodes the rebuilt value.
+        codec: encodes the rebuilt value (its serializer, its signer).
         decode: raw bytes (or ``None``) to an :class:`Entry`, ``None`` when
             missing or unreadable.
         clock: time source.
@@ -275,7 +294,7 @@ class Flow:
         self,
         keys: Keys,
         options: Options,
-        serializer: Serializer,
+        codec: Codec,
         decode: Callable[[bytes | None], Entry | None],
         clock: Clock,
         emit: Callable[..., None],
@@ -288,7 +307,7 @@ class Flow:
     ) -> None:
         self.keys = keys
         self.options = options
-        self.serializer = serializer
+        self.codec = codec
         self.decode = decode
         self.clock = clock
         self.emit = emit
@@ -589,23 +608,11 @@ class Flow:
             return committed
 
     def _encode(self, rebuilt: Rebuilt) -> bytes:
-        now = self.clock.time()
-        ttl = self.options.ttl
-        try:
-            data = encode(
-                self.serializer,
-                rebuilt.value,
-                fresh_until=math.inf if ttl is None else now + ttl,
-                created_at=now,
-                duration=rebuilt.duration,
-            )
-        except Exception as exc:
-            error = SerializationError(
-                f"cannot serialize the value rebuilt for key {self.keys.name!r} "
-                f"with {self.serializer!r}: {exc}",
-                key=self.keys.name,
-            )
-            error.__cause__ = exc
-            raise error from exc
-        check_size(data, self.keys.name, self.options.max_value_size)
-        return data
+        return seal(
+            self.codec,
+            self.keys,
+            rebuilt.value,
+            self.options,
+            now=self.clock.time(),
+            duration=rebuilt.duration,
+        )

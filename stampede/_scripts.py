@@ -18,7 +18,19 @@ two hosts' clocks are never compared.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "ADD", "COMMIT", "EXTEND", "INCR", "INVALIDATE", "PROBE", "RELEASE", "TOUCH", "WRITE"]
+__all__ = [
+    "ACQUIRE",
+    "ADD",
+    "COMMIT",
+    "EXTEND",
+    "INCR",
+    "INVALIDATE",
+    "PROBE",
+    "RELEASE",
+    "SWAP",
+    "TOUCH",
+    "WRITE",
+]
 
 # The server's clock, in seconds: what orders writes from different hosts.
 _NOW = """
@@ -252,6 +264,32 @@ if type(sum) == 'table' then return {-2} end
 redis.call('SET', KEYS[1], stamped(string.sub(v, 1, head) .. text), 'KEEPTTL')
 redis.call('DEL', KEYS[2])
 return {1, text}
+"""
+)
+
+# Compare-and-set, for the changes to a signed value that only the client can
+# sign (``incr``, ``touch``): replace the value only if it still is ``old``.
+# ARGV: old, new, expire_ms ('' = keep the TTL as INCR does, restamp and cancel
+# the rebuild in flight; otherwise TOUCH's: '0' = never, keep the stamp).
+# -> 1 replaced; {0, value-or-nil} it changed meanwhile (what it holds now).
+SWAP = (
+    _READ_VALUE
+    + _SET_VALUE
+    + """
+local current = read_value()
+if not same_value(current, ARGV[1]) then return {0, current} end
+if ARGV[3] == '' then
+  redis.call('SET', KEYS[1], stamped(ARGV[2]), 'KEEPTTL')
+  redis.call('DEL', KEYS[2])
+  return 1
+end
+local data = string.sub(ARGV[2], 1, 12) .. string.sub(current, 13, 20) .. string.sub(ARGV[2], 21)
+if ARGV[3] == '0' then
+  redis.call('SET', KEYS[1], data)
+else
+  redis.call('SET', KEYS[1], data, 'PX', ARGV[3])
+end
+return 1
 """
 )
 

@@ -20,6 +20,7 @@ import stampede
 from stampede._keys import KeySpace
 from stampede.testing import RedisCluster, RedisSentinel, RedisServer, find_valkey_server
 from tests.drivers import DRIVERS
+from tests.helpers import RAN
 
 _namespaces = itertools.count()
 
@@ -130,3 +131,12 @@ def make_driver(request: pytest.FixtureRequest, redis_url: str, namespace: str) 
 def keys(namespace: str) -> KeySpace:
     """The Redis key names the drivers use in this test's namespace."""
     return KeySpace(namespace)
+
+
+@pytest.fixture(autouse=True)
+def nothing_planted_ran() -> Iterator[None]:
+    """No test deserializes a planted value (``tests.helpers.Planted``) unless it
+    says so, by clearing ``RAN`` itself."""
+    RAN.clear()
+    yield
+    assert RAN == [], "a value planted in Redis was deserialized"

@@ -8,6 +8,9 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from stampede import PickleSerializer
+from stampede._envelope import encode
+
 
 class Rebuilds:
     """A rebuild function that counts its runs (thread-safe) and can be slow or fail."""
@@ -84,3 +87,23 @@ def traceback_depth(error: BaseException) -> int:
     while tb is not None:
         depth, tb = depth + 1, tb.tb_next
     return depth
+
+
+#: Appended to when a :class:`Planted` value is unpickled: what a forged value would run.
+RAN: list[str] = []
+
+
+def _ran(marker: str) -> None:
+    RAN.append(marker)
+
+
+class Planted:
+    """Unpickling this calls :func:`_ran`: a stand-in for an attacker's code."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_ran, ("planted",))
+
+
+def planted_pickle() -> bytes:
+    """An unsigned envelope as stampede writes it, holding a pickle that runs code when loaded."""
+    return encode(PickleSerializer(), Planted(), fresh_until=9e9, created_at=0.0, duration=0.0)

@@ -258,7 +258,7 @@ def test_value_and_lease_share_a_cluster_slot() -> None:
     [
         b"not an envelope",
         MAGIC,  # truncated header
-        b"\xa7S\x02" + b"\x00" * 40,  # a future format version
+        b"\xa7S\x02" + b"\x00" * 80,  # a signed envelope, to a reader that does not sign
         encode(JsonSerializer(), [1], fresh_until=9e9, created_at=0, duration=0),  # another codec
         HEADER.pack(MAGIC, PickleSerializer.codec_id, 9e9, 0, 0) + b"\x80\x05truncated",
     ],

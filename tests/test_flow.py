@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from stampede import EventKind, PickleSerializer, RedisUnavailableError, SerializationError, WaitTimeoutError
-from stampede._envelope import Entry, decode, encode
+from stampede._envelope import Codec, Entry, decode, encode
 from stampede._flow import (
     Acquire,
     Acquired,
@@ -46,7 +46,7 @@ def make_flow(clock: FakeClock, events: list[EventKind], *, fails_over: bool = F
     return Flow(
         keys,
         Options(**options),
-        SERIALIZER,
+        Codec(SERIALIZER),
         decode_or_none,
         clock,
         lambda kind, **_: events.append(kind),

@@ -11,7 +11,9 @@ import redis
 import redis._parsers
 import redis.asyncio
 import redis.connection
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.crypto import salted_hmac
 from django.utils.module_loading import import_string
 
 import stampede
@@ -32,7 +34,7 @@ _STAMPEDE_OPTIONS = {
     "FAIL_OPEN": "fail_open",
     "MAX_VALUE_SIZE": "max_value_size",
 }
-_OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "ON_EVENT", "SENTINELS"}
+_OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "SIGNING_KEY", "ON_EVENT", "SENTINELS"}
 #: django-redis's options for what stampede configures another way.
 _DJANGO_REDIS = {"CLIENT_CLASS", "CONNECTION_POOL_CLASS", "CONNECTION_POOL_KWARGS", "SENTINEL_KWARGS"}
 _DEFAULT_POOL = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, "health_check_interval": 30}
@@ -173,6 +175,38 @@ def _serializer(setting: Any) -> stampede.Serializer:
         raise _bad("OPTIONS['SERIALIZER']", f"is invalid: {exc}") from exc
 
 
+#: What Django's key derivation is salted with for this use of SECRET_KEY.
+_SIGNING_SALT = "django_stampede.cache.values"
+
+
+def _signing_keys(raw: dict[str, Any]) -> tuple[bytes, ...] | None:
+    """The keys values are signed with: ``OPTIONS["SIGNING_KEY"]`` as given
+    (``None`` or ``False``: unsigned), else derived from ``SECRET_KEY`` and
+    ``SECRET_KEY_FALLBACKS`` by Django's ``salted_hmac``, as Django derives
+    the keys of its own signatures, so rotating ``SECRET_KEY`` rotates them."""
+    if "SIGNING_KEY" in raw:
+        given = raw["SIGNING_KEY"]
+        if given is None or given is False:
+            return None
+        try:
+            signer = stampede.signer_from(given, "SIGNING_KEY")
+        except stampede.ConfigurationError as exc:
+            raise _bad("OPTIONS['SIGNING_KEY']", f"is invalid: {exc}") from None
+        assert signer is not None
+        return signer.keys
+    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
+    if not secrets[0]:
+        raise _bad(
+            "OPTIONS['SIGNING_KEY']",
+            "is derived from SECRET_KEY, which is empty: set SECRET_KEY, or SIGNING_KEY "
+            "(None stores values unsigned, for a Redis no one else can write to)",
+        )
+    return tuple(
+        salted_hmac(_SIGNING_SALT, "signing key", secret=secret, algorithm="sha256").digest()
+        for secret in secrets
+    )
+
+
 def _import(setting: str, path: str) -> Any:
     try:
         return import_string(path)
@@ -212,6 +246,7 @@ class CacheConfig:
     namespace: str
     serializer: Any  # the setting (a name, path or object): compared, not built, per instance
     on_event: Any
+    signing_keys: tuple[bytes, ...] | None = None  # never shown
     pool_key: Any = None  # pool_options, hashable: what comparisons use
 
     def __repr__(self) -> str:
@@ -279,6 +314,7 @@ class CacheConfig:
             namespace=namespace,
             serializer=_settled(raw.get("SERIALIZER", "pickle")),
             on_event=on_event,
+            signing_keys=_signing_keys(raw),
         )
 
     def sync_client(self, url: str) -> Any:
@@ -315,5 +351,6 @@ class CacheConfig:
             "namespace": self.namespace,
             "options": self.options,
             "serializer": _serializer(self.serializer),
+            "signing_key": self.signing_keys,
             "on_event": self.on_event,
         }

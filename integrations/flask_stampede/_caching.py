@@ -11,9 +11,11 @@ Flask-Caching's timeouts: ``None`` is the default, ``0`` forever.
 from __future__ import annotations
 
 import os
+import pickle
 import re
 import threading
-from collections.abc import Iterator
+import zlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
@@ -23,7 +25,7 @@ from flask_caching.backends.base import BaseCache
 
 import stampede
 
-from ._config import build_serializer
+from ._config import build_serializer, signing_keys
 
 __all__ = ["StampedeCache"]
 
@@ -36,7 +38,7 @@ _CORE_OPTIONS = {
     "beta",
     "fail_open",
 }
-_OWN_OPTIONS = {"namespace", "serializer", "redis_options"}
+_OWN_OPTIONS = {"namespace", "serializer", "signing_key", "redis_options"}
 _HELD = "_flask_stampede_leases"
 
 
@@ -112,6 +114,33 @@ def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
     return stampede.ConfigurationError(f"flask_stampede: {setting} {problem}")
 
 
+class _Cachelib:
+    """A cachelib serializer (what Flask-Caching's ``CACHE_SERIALIZER`` names)
+    as a stampede serializer: it writes the payload, stampede the envelope."""
+
+    def __init__(self, chosen: Any) -> None:
+        self.chosen = chosen
+        kind = type(chosen)
+        # One codec per serializer class, 64..127: values written by another
+        # serializer are misses, not misreadings.
+        self.codec_id = 64 + zlib.crc32(f"{kind.__module__}.{kind.__qualname__}".encode()) % 64
+
+    def dumps(self, value: Any) -> bytes:
+        data = self.chosen.dumps(value)
+        if not isinstance(data, (bytes, bytearray)):
+            # cachelib's serializers log and return None where they fail.
+            raise pickle.PicklingError(
+                f"{type(self.chosen).__name__} could not serialize a {type(value).__name__}"
+            )
+        return bytes(data)
+
+    def loads(self, data: bytes | memoryview) -> Any:
+        return self.chosen.loads(bytes(data))
+
+    def __repr__(self) -> str:
+        return f"{type(self.chosen).__name__}()"
+
+
 class StampedeCache(BaseCache):
     """Flask-Caching's cache API on stampede."""
 
@@ -126,6 +155,26 @@ class StampedeCache(BaseCache):
         self.stampede = core
         self.key_prefix = key_prefix
         self._outside = threading.local()  # leases taken outside any app context, per thread
+        self._chosen: Any = None
+        # Builds the core again with another serializer (set by factory()).
+        self._remade: Callable[[stampede.Serializer], stampede.Stampede] | None = None
+
+    @property
+    def serializer(self) -> Any:
+        """The cachelib serializer ``CACHE_SERIALIZER`` named, or ``None``
+        (``CACHE_OPTIONS["serializer"]``, stampede's own, is used)."""
+        return self._chosen
+
+    @serializer.setter
+    def serializer(self, chosen: Any) -> None:
+        # Flask-Caching assigns CACHE_SERIALIZER here once the factory has run.
+        if self._remade is None:
+            raise stampede.ConfigurationError(
+                "flask_stampede: this StampedeCache was not made by Flask-Caching; pass the "
+                "serializer to the stampede.Stampede it wraps"
+            )
+        self.stampede = self._remade(_Cachelib(chosen))
+        self._chosen = chosen
 
     @classmethod
     def factory(
@@ -152,16 +201,25 @@ class StampedeCache(BaseCache):
             **options.pop("redis_options", {}),
         }
         serializer = build_serializer(options.pop("serializer", "pickle"), "CACHE_OPTIONS['serializer']")
-        try:
-            core = stampede.Stampede(
-                stampede.redis_client(url, **redis_options),
-                namespace=options.pop("namespace", "flask-caching"),
-                serializer=serializer,
-                **options,
+        if "signing_key" in options:
+            keys = signing_keys(options, "signing_key")
+            options.pop("signing_key")
+        else:
+            keys = signing_keys(app.config)
+        client = stampede.redis_client(url, **redis_options)
+        namespace = options.pop("namespace", "flask-caching")
+
+        def made(serializer: stampede.Serializer) -> stampede.Stampede:
+            return stampede.Stampede(
+                client, namespace=namespace, serializer=serializer, signing_key=keys, **options
             )
+
+        try:
+            core = made(serializer)
         except stampede.ConfigurationError as exc:
             raise stampede.ConfigurationError(f"flask_stampede: CACHE_OPTIONS is invalid: {exc}") from exc
         cache = cls(core, default_timeout, ignore_errors, config.get("CACHE_KEY_PREFIX") or "")
+        cache._remade = made
         app.teardown_appcontext(cache._settle)
         return cache
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import itsdangerous
+
 import stampede
 
-__all__ = ["Settings", "build_serializer"]
+__all__ = ["Settings", "build_serializer", "signing_keys"]
+
+logger = logging.getLogger("flask_stampede")
 
 _CORE = {
     "STAMPEDE_TTL": "ttl",
@@ -28,6 +34,7 @@ _OWN = {
     "STAMPEDE_REDIS_OPTIONS",
     "STAMPEDE_NAMESPACE",
     "STAMPEDE_SERIALIZER",
+    "STAMPEDE_SIGNING_KEY",
     "STAMPEDE_CACHE_HEADER",
     "STAMPEDE_CACHE_CONTROL",
 }
@@ -46,6 +53,42 @@ def build_serializer(setting: Any, name: str = "STAMPEDE_SERIALIZER") -> stamped
         raise _bad(name, f"is invalid: {exc}") from exc
 
 
+#: What the keys derived from the app's SECRET_KEY are salted with.
+_SIGNING_SALT = "flask_stampede.values"
+
+
+def signing_keys(config: Any, setting: str = "STAMPEDE_SIGNING_KEY") -> tuple[bytes, ...] | None:
+    """The keys values are signed with: the ``setting`` as given (``None`` or
+    ``False``: unsigned), else derived from the app's ``SECRET_KEY`` (and
+    ``SECRET_KEY_FALLBACKS``) by itsdangerous's HMAC key derivation, as Flask's
+    session cookies are, else ``None`` with a warning."""
+    if setting in config:
+        given = config[setting]
+        if given is None or given is False:
+            return None
+        try:
+            signer = stampede.signer_from(given, setting)
+        except stampede.ConfigurationError as exc:
+            raise _bad(setting, f"is invalid: {exc}") from None
+        assert signer is not None
+        return signer.keys
+    secrets = [config.get("SECRET_KEY"), *(config.get("SECRET_KEY_FALLBACKS") or ())]
+    if not secrets[0]:
+        logger.warning(
+            "flask_stampede: cached values are not signed, as the app has no SECRET_KEY: anyone who "
+            "can write to the Redis can plant values this app deserializes (set SECRET_KEY or "
+            "%s; set it to False to silence this on a Redis no one else can write to)",
+            setting,
+        )
+        return None
+    return tuple(
+        itsdangerous.Signer(
+            secret, salt=_SIGNING_SALT, key_derivation="hmac", digest_method=hashlib.sha256
+        ).derive_key()
+        for secret in secrets
+    )
+
+
 @dataclass(frozen=True)
 class Settings:
     """An app's ``STAMPEDE_*`` settings, checked."""
@@ -57,6 +100,7 @@ class Settings:
     serializer: stampede.Serializer
     cache_header: str | None
     cache_control: bool
+    signing_keys: tuple[bytes, ...] | None = field(default=None, compare=False)  # never shown
 
     def __repr__(self) -> str:
         # Printed by error reporters and debuggers: no password in it.
@@ -114,4 +158,5 @@ class Settings:
             serializer=build_serializer(config.get("STAMPEDE_SERIALIZER", "pickle")),
             cache_header=header,
             cache_control=cache_control,
+            signing_keys=signing_keys(config),
         )

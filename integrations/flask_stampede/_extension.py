@@ -67,7 +67,11 @@ class _State:
         def build() -> stampede.asyncio.Stampede:
             client = stampede.asyncio.redis_client(settings.redis_url, **settings.redis_options)
             return stampede.asyncio.Stampede(
-                client, namespace=settings.namespace, options=settings.options, serializer=settings.serializer
+                client,
+                namespace=settings.namespace,
+                options=settings.options,
+                serializer=settings.serializer,
+                signing_key=settings.signing_keys,
             )
 
         return stampede.asyncio.for_running_loop(id(self), build)
@@ -113,7 +117,11 @@ class Stampede:
             ) from exc
         try:
             core = stampede.Stampede(
-                client, namespace=settings.namespace, options=settings.options, serializer=settings.serializer
+                client,
+                namespace=settings.namespace,
+                options=settings.options,
+                serializer=settings.serializer,
+                signing_key=settings.signing_keys,
             )
         except stampede.ConfigurationError as exc:
             setting = "STAMPEDE_NAMESPACE" if str(exc).startswith("namespace") else "STAMPEDE_REDIS_OPTIONS"

@@ -1,0 +1,152 @@
+"""A least-privilege Redis user: the ACL the README gives is enough for every
+entry point, and the namespace is all it can reach."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+import stampede
+import stampede.asyncio
+from stampede.testing import RedisServer
+from tests.helpers import AsyncRebuilds, Rebuilds, run_threads
+
+#: The README's line (Redis 6.2 and later; sharded pub/sub, on Redis 7+ and
+#: Valkey clusters, adds +spublish +ssubscribe +sunsubscribe), for namespace "app".
+ACL = (
+    "ACL SETUSER app on >app-password resetkeys resetchannels ~app:{* &app:{* -@all "
+    "+get +mget +exists +set +del +unlink +scan +pttl +pexpire +persist +getrange +setrange +incrby "
+    "+time +info +ping +eval +evalsha +script|load +script|exists +publish +subscribe +unsubscribe"
+)
+
+
+@pytest.fixture(scope="module")
+def acl_server() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        admin = redis.Redis(port=server.port)
+        admin.execute_command(*ACL.split())
+        admin.close()
+        yield server
+
+
+@pytest.fixture
+def url(acl_server: RedisServer) -> str:
+    return f"redis://app:app-password@127.0.0.1:{acl_server.port}/0"
+
+
+@pytest.fixture
+def denied(acl_server: RedisServer) -> Iterator[list[Any]]:
+    """The server's ACL LOG entries made during the test: there must be none."""
+    admin = redis.Redis(port=acl_server.port)
+    admin.execute_command("ACL", "LOG", "RESET")
+    entries: list[Any] = []
+    yield entries
+    # redis-py sends CLIENT SETINFO on connect (Redis 7.2+) and ignores a refusal.
+    logged = admin.execute_command("ACL", "LOG")
+    entries.extend(entry for entry in logged if entry[b"object"] != b"client")
+    admin.close()
+    assert entries == [], f"commands refused to the ACL user: {entries}"
+
+
+def exercise(sf: Any) -> None:
+    """Every operation of the core's API, as the ACL user."""
+    rebuilds = Rebuilds()
+    assert run_threads(8, lambda: sf.get_or_rebuild("cold", rebuilds, ttl=60)) == ["v1"] * 8
+    sf.set("k", "v", ttl=60)
+    assert sf.get("k").value == "v"
+    assert sf.get_many(["k", "cold", "nope"]) == {"k": "v", "cold": "v1"}
+    assert sf.add("k", "x", ttl=60) is False
+    assert sf.has_key("k") is True
+    assert sf.touch("k", ttl=120) is True
+    assert sf.invalidate("k") is True
+    sf.set("n", 1, ttl=60)
+    assert sf.incr("n", 2) == 3
+    read = sf.read("leased", ttl=60)
+    sf.commit(read.lease, "committed")
+    assert sf.get("leased").value == "committed"
+    assert sf.delete("k") is True
+    assert sf.delete_prefix("n") == 1
+    assert sf.clear() >= 2
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_the_core_needs_nothing_more(url: str, denied: list[Any], signed: bool) -> None:
+    key = b"an-acl-test-signing-key" if signed else None
+    sf = stampede.Stampede.from_url(url, namespace="app", signing_key=key)
+    try:
+        exercise(sf)
+    finally:
+        sf.close()
+
+
+def test_asyncio_needs_nothing_more(url: str, denied: list[Any]) -> None:
+    async def main() -> None:
+        sf = stampede.asyncio.Stampede.from_url(url, namespace="app")
+        try:
+            rebuilds = AsyncRebuilds()
+            got = await asyncio.gather(*(sf.get_or_rebuild("cold", rebuilds, ttl=60) for _ in range(50)))
+            assert set(got) == {"v1"}
+            await sf.set("k", "v", ttl=60)
+            assert (await sf.get_many(["k"])) == {"k": "v"}
+            await sf.set("n", 1, ttl=60)
+            assert await sf.incr("n") == 2
+            assert await sf.invalidate("k") is True
+            assert await sf.delete_prefix("n") == 1
+            assert await sf.clear() >= 2
+        finally:
+            await sf.aclose()
+
+    asyncio.run(main())
+
+
+def test_django_needs_nothing_more(url: str, denied: list[Any]) -> None:
+    from django_stampede import StampedeCache
+
+    cache = StampedeCache(url, {"OPTIONS": {"NAMESPACE": "app"}})
+    assert cache.get_or_set("page", "rendered", 60) == "rendered"
+    cache.set_many({"a": 1, "b": 2}, 60)
+    assert cache.get_many(["a", "b"]) == {"a": 1, "b": 2}
+    assert cache.incr("a") == 2
+    assert cache.touch("b", 100) is True
+    assert asyncio.run(cache.aget("page")) == "rendered"
+    cache.delete_many(["a", "b"])
+    cache.clear()
+    cache.close()
+
+
+def test_flask_needs_nothing_more(url: str, denied: list[Any]) -> None:
+    from tests.flask_stampede.app import make_app
+
+    app, ext, cache, _ = make_app(
+        SECRET_KEY="an-acl-test-secret",
+        STAMPEDE_REDIS_URL=url,
+        STAMPEDE_NAMESPACE="app",
+        CACHE_REDIS_URL=url,
+        CACHE_OPTIONS={"namespace": "app", "stale_ttl": 30},
+    )
+    web = app.test_client()
+    assert web.get("/page").text == web.get("/page").text
+    assert web.get("/flask-caching").status_code == 200
+    with app.app_context():
+        cache.set("k", "v")
+        assert cache.get("k") == "v"
+        assert cache.has("k")
+        assert cache.cache.inc("n") == 1
+        cache.clear()
+
+
+def test_outside_the_namespace_the_user_is_refused(url: str) -> None:
+    sf = stampede.Stampede.from_url(url, namespace="other")
+    try:
+        with pytest.raises(stampede.RedisUnavailableError, match="NOPERM"):
+            sf.set("k", "v", ttl=60)
+    finally:
+        sf.close()
+    client = redis.Redis.from_url(url)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.get("app:session:42")  # a neighbour's key next to the namespace
+    client.close()
