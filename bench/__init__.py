@@ -3,8 +3,9 @@
 The peers (:mod:`bench.peers`) are what a user would pick instead: naive
 cache-aside, Django's ``RedisCache.get_or_set``, dogpile.cache with a
 distributed lock, redis-py's ``Lock`` around cache-aside, Flask-Caching's
-``memoize``, and stampede's sync and asyncio drivers, each against a
-redis-server of its own. Three scenarios: the cost of a hit
+``memoize``, and stampede's sync and asyncio drivers (each also with
+``signing_key=``, in the hit scenario only), each against a redis-server of
+its own. Three scenarios: the cost of a hit
 (:mod:`bench.hitpath`), a cold key hit by 64 callers at once
 (:mod:`bench.cold`), and a hot key expiring every second under the same load
 (:mod:`bench.hot`), run by one set of worker processes (:mod:`bench._load`,

@@ -98,11 +98,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         choices=[point.name for point in manywaiters.ENTRY_POINTS],
         help="many: run only this entry point (repeatable; default: all that are installed)",
     )
+    limited = "".join(
+        f"; {peer.name} runs in {' and '.join(peer.scenarios)} only"
+        for peer in PEERS
+        if peer.scenarios is not None
+    )
     parser.add_argument(
         "--peer",
         action="append",
         choices=[peer.name for peer in PEERS],
-        help="run only this peer (repeatable; default: all that are installed)",
+        help=f"run only this peer (repeatable; default: all that are installed{limited})",
     )
     return parser.parse_args(argv)
 
@@ -137,6 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (bench.manywaiters; bench.topologies, on one server and on a cluster).
     peer_scenarios = [name for name in chosen if name not in ("many", "cluster")]
     asked = [peer for peer in PEERS if peer.name in (args.peer or [p.name for p in PEERS])]
+    # A peer that takes part in none of the chosen scenarios (a hit-only one with --scenario cold)
+    # has nothing to run: no server, no warm-up, no row.
+    idle = [peer for peer in asked if not any(peer.runs(name) for name in peer_scenarios)]
+    if args.peer and peer_scenarios:
+        for peer in idle:
+            log(f"{peer.name} runs in {' and '.join(peer.scenarios or ())} only: not in this run")
+    asked = [peer for peer in asked if peer not in idle]
     peers = [peer for peer in asked if not peer.missing()] if peer_scenarios else []
     skipped = [
         f"Skipped {peer.label}: {', '.join(peer.missing())} not installed "
@@ -149,6 +161,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if peer_scenarios and not peers:
         log("no peer to run")
         return 1
+    # A scenario that none of the peers takes part in is not run (nor counted in the footer).
+    chosen = [name for name in chosen if name not in peer_scenarios or any(p.runs(name) for p in peers)]
+    peer_scenarios = [name for name in peer_scenarios if name in chosen]
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     sections: list[Section] = []
@@ -242,15 +257,27 @@ def run(
     *,
     started: float,
 ) -> tuple[list[Section], list[Figures], str]:
-    """Run the ``chosen`` scenarios for ``peers``: the sections, the summary's rows, the Redis version."""
+    """Run the ``chosen`` scenarios for ``peers``: the sections, the summary's rows, the Redis version.
+
+    Each scenario runs the peers that take part in it (:meth:`PeerSpec.runs`), and is left out if
+    none does; the summary has a row for every peer, with n/a where it did not run.
+    """
     run_id = secrets.token_hex(4)
+    taking_part = {name: [peer for peer in peers if peer.runs(name)] for name in chosen}
+    chosen = [name for name in chosen if taking_part[name]]
+    # The warm-ups are per peer, not per scenario: every peer opens its connections and loads its
+    # scripts before anything is measured, whichever scenarios it then runs in.
     phases: list[Phase] = cold.warmups(peers, run_id)
     if "hit" in chosen:
-        phases += hitpath.phases(peers, run_id, rounds=settings.hit_rounds, calls=settings.hit_calls)
+        phases += hitpath.phases(
+            taking_part["hit"], run_id, rounds=settings.hit_rounds, calls=settings.hit_calls
+        )
     if "cold" in chosen:
-        phases += cold.phases(peers, run_id, trials=settings.cold_trials)
+        phases += cold.phases(taking_part["cold"], run_id, trials=settings.cold_trials)
     if "hot" in chosen:
-        phases += hot.phases(peers, run_id, duration=settings.hot_duration, think=settings.hot_think)
+        phases += hot.phases(
+            taking_part["hot"], run_id, duration=settings.hot_duration, think=settings.hot_think
+        )
     setup = Setup(urls=dict(urls), prefix=key_prefix(run_id), threads=THREADS)
     meter = CommandMeter(phases, urls)
     clients = {url: redis.Redis.from_url(url, socket_timeout=10.0) for url in set(urls.values())}

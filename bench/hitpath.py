@@ -146,7 +146,7 @@ def section(results: Sequence[PhaseResult], figures: Mapping[str, Figures]) -> S
             met = met and round(ratio, 2) <= TARGET_RATIO  # judged as shown, to 0.01x
     notes = [
         "The baseline is `client.get(key)` + `pickle.loads` on the peer's own server, with a redis-py "
-        "client of the same driver (`redis.asyncio` for the asyncio peer). Commands per hit come from "
+        "client of the same driver (`redis.asyncio` for the asyncio peers). Commands per hit come from "
         "the server's `total_commands_processed`, less the baseline's one `GET` per call."
     ]
     if verdicts:

@@ -30,6 +30,7 @@ from ._workload import NAMESPACE
 __all__ = [
     "LOCK_TIMEOUT",
     "PEERS",
+    "SIGNING_KEY",
     "STALE_TTL",
     "WAIT_TIMEOUT",
     "WHY",
@@ -49,6 +50,8 @@ LOCK_TIMEOUT = 5
 WAIT_TIMEOUT = 10
 #: Every client's socket timeout: long, so that a loaded 2-core machine does not turn into errors.
 SOCKET_TIMEOUT = 30.0
+#: The signed stampede peers' ``signing_key``: fixed, 32 bytes (stampede wants at least 16).
+SIGNING_KEY = b"bench-signing-key-" + b"0" * 14
 
 SyncRebuild = Callable[[], Any]
 AsyncRebuild = Callable[[], Awaitable[Any]]
@@ -74,6 +77,9 @@ class PeerSpec:
         is_async: its callers are asyncio tasks rather than threads.
         stale: it can serve the old value while one caller refreshes (it is given ``STALE_TTL``).
         config: how it is configured, for the notes (Markdown).
+        scenarios: the scenarios it runs in (``hit``, ``cold``, ``hot``); ``None``: all of them.
+            A peer that only varies another on one axis runs where that axis shows, so as not
+            to repeat the other's rows elsewhere (and lengthen the run).
     """
 
     name: str
@@ -84,6 +90,11 @@ class PeerSpec:
     is_async: bool
     stale: bool
     config: str
+    scenarios: tuple[str, ...] | None = None
+
+    def runs(self, scenario: str) -> bool:
+        """Whether it takes part in ``scenario``."""
+        return self.scenarios is None or scenario in self.scenarios
 
     def missing(self) -> list[str]:
         """The modules of :attr:`modules` that cannot be imported here."""
@@ -201,6 +212,21 @@ PEERS: tuple[PeerSpec, ...] = (
         ),
     ),
     PeerSpec(
+        name="stampede-signed",
+        label="stampede `get_or_rebuild`, `signing_key=` (sync)",
+        short="stampede signed",
+        modules=("stampede", "redis"),
+        distributions=("stampede",),
+        is_async=False,
+        stale=True,
+        config=(
+            "as stampede (sync), with `stampede.Stampede(redis.Redis(...), signing_key=key)`, `key` a fixed "
+            f"{len(SIGNING_KEY)}-byte string: every value is stored with an HMAC-SHA256 tag and verified "
+            "on every read. Run in the hit scenario only (cold and hot would repeat stampede's rows)."
+        ),
+        scenarios=("hit",),
+    ),
+    PeerSpec(
         name="stampede-asyncio",
         label="stampede.asyncio `get_or_rebuild`",
         short="stampede asyncio",
@@ -214,6 +240,21 @@ PEERS: tuple[PeerSpec, ...] = (
             f"rebuild, ttl=ttl, stale_ttl={STALE_TTL})` with a coroutine rebuild (`await incr`, "
             "`await asyncio.sleep`)."
         ),
+    ),
+    PeerSpec(
+        name="stampede-asyncio-signed",
+        label="stampede.asyncio `get_or_rebuild`, `signing_key=`",
+        short="stampede asyncio signed",
+        modules=("stampede", "redis"),
+        distributions=("stampede",),
+        is_async=True,
+        stale=True,
+        config=(
+            "as stampede.asyncio, with `stampede.asyncio.Stampede(redis.asyncio.Redis(...), "
+            f"signing_key=key)`, the same {len(SIGNING_KEY)}-byte key as the sync signed peer. Run in the "
+            "hit scenario only."
+        ),
+        scenarios=("hit",),
     ),
 )
 
@@ -437,10 +478,10 @@ def _stampede_options(phase: Phase) -> dict[str, Any]:
 
 
 class _Stampede(SyncPeer):
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, *, signing_key: bytes | None = None) -> None:
         import stampede
 
-        self.sf = stampede.Stampede(client, namespace=NAMESPACE)
+        self.sf = stampede.Stampede(client, namespace=NAMESPACE, signing_key=signing_key)
 
     def request(self, phase: Phase, rebuild: SyncRebuild) -> Callable[[], Any]:
         return functools.partial(self.sf.get_or_rebuild, phase.key, rebuild, **_stampede_options(phase))
@@ -483,6 +524,8 @@ def open_sync(
         return _FlaskCaching(url, prefix, phases)
     if name == "stampede":
         return _Stampede(client)
+    if name == "stampede-signed":
+        return _Stampede(client, signing_key=SIGNING_KEY)
     raise KeyError(f"no blocking peer named {name!r}")
 
 
@@ -512,7 +555,7 @@ class AsyncPeer:
 
 
 class _StampedeAsyncio(AsyncPeer):
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, signing_key: bytes | None = None) -> None:
         import redis.asyncio
 
         import stampede.asyncio
@@ -520,7 +563,7 @@ class _StampedeAsyncio(AsyncPeer):
         self.client = redis.asyncio.Redis.from_url(
             url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=10.0
         )
-        self.sf = stampede.asyncio.Stampede(self.client, namespace=NAMESPACE)
+        self.sf = stampede.asyncio.Stampede(self.client, namespace=NAMESPACE, signing_key=signing_key)
 
     def request(self, phase: Phase, rebuild: AsyncRebuild) -> Callable[[], Awaitable[Any]]:
         return functools.partial(self.sf.get_or_rebuild, phase.key, rebuild, **_stampede_options(phase))
@@ -535,9 +578,12 @@ class _StampedeAsyncio(AsyncPeer):
 
 async def open_async(name: str, url: str, *, pool_size: int) -> AsyncPeer:
     """Build the asyncio peer ``name``; call it on the event loop it will run on."""
-    if name != "stampede-asyncio":
+    if name == "stampede-asyncio":
+        peer = _StampedeAsyncio(url)
+    elif name == "stampede-asyncio-signed":
+        peer = _StampedeAsyncio(url, signing_key=SIGNING_KEY)
+    else:
         raise KeyError(f"no asyncio peer named {name!r}")
-    peer = _StampedeAsyncio(url)
     pool = peer.client.connection_pool
     connections = []
     try:

@@ -86,7 +86,8 @@ def section(figures: Sequence[Figures], *, hot_ttl: int, shared: bool, notes: Se
             "scenario follow. Cold key: 64 callers ask for a missing key at once (rebuilds in the worst "
             f"trial / its slowest caller). Hot key: 64 callers loop on a key that expires every {hot_ttl} s "
             "(rebuilds per expiry, mean / worst; request latency). Commands: from the server's "
-            "`INFO stats`, per request. Hit: the median cost of a hit over a plain `GET` + `pickle.loads`."
+            "`INFO stats`, per request. Hit: the median cost of a hit over a plain `GET` + `pickle.loads`. "
+            "n/a: not measured, the scenario not run or not one the peer takes part in (see its notes)."
         ),
         table=Table(
             headers=[
