@@ -39,7 +39,7 @@ from ._keys import Keys
 from ._operations import Operations
 from ._options import Options
 from ._subscriber import subscriber_for
-from ._urls import connect
+from ._urls import connect, split_options
 
 __all__ = ["Stampede", "redis_client"]
 
@@ -110,6 +110,11 @@ class Stampede(Operations):
             its fields (``ttl=60``, ``fail_open=True``...) override it.
         serializer: how values are stored; :class:`~stampede.PickleSerializer`
             by default.
+        signing_key: sign every value (HMAC-SHA256 over its Redis key, header
+            and payload) and read only values that verify: bytes or str of at
+            least 16 bytes, or a sequence of them (signs with the first,
+            accepts any: key rotation). Anything else under a key is a miss
+            that is never deserialized. ``None`` (the default): unsigned.
         on_event: called with every :class:`~stampede.Event`.
         clock: time source with ``time()`` and ``monotonic()``.
         background_workers: threads that run background refreshes.
@@ -154,14 +159,21 @@ class Stampede(Operations):
         Sentinels watch: ``redis+sentinel://host:26379[,host:port...]/service[/db]``.
         Socket timeouts are set so that an unresponsive Redis raises
         :class:`~stampede.RedisUnavailableError` instead of hanging.
+
+        Keywords: this class's (``namespace``, ``ttl``...), or redis-py's
+        connection keywords, which go to the client: TLS's ``ssl_ca_certs``,
+        ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs`` (with a ``rediss://``
+        URL), ``retry``, ``client_name``... Any other is a
+        :class:`~stampede.ConfigurationError` naming it.
         """
+        redis_options, kwargs = split_options(cls, url, kwargs, asynchronous=False, cluster=cluster)
         client, owned = connect(
             url,
             asynchronous=False,
             cluster=cluster,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
-            health_check_interval=30,
+            **{"health_check_interval": 30, **redis_options},
         )
         instance = cls(client, **kwargs)
         instance._owns_client = True

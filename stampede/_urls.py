@@ -15,6 +15,10 @@ So a URL alone (``STAMPEDE_REDIS_URL``) can say which, and a mistake is a
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import functools
+import inspect
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -28,8 +32,9 @@ import redis.cluster
 import redis.sentinel
 
 from ._exceptions import ConfigurationError
+from ._options import Options
 
-__all__ = ["Target", "connect", "parse_url", "redact"]
+__all__ = ["Target", "connect", "parse_url", "redact", "split_options"]
 
 _CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 _SENTINEL = {"redis+sentinel": False, "rediss+sentinel": True}
@@ -149,14 +154,13 @@ def connect(url: str, *, asynchronous: bool, cluster: bool = False, **options: A
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
         sentinel = sentinel_class(list(target.sentinels), **timeouts)
-        master = sentinel.master_for(
-            target.service,
-            db=target.db,
-            username=target.username,
-            password=target.password,
-            ssl=target.ssl,
-            **options,
-        )
+        # The URL's database, scheme and credentials win over keywords, as in redis-py's from_url.
+        settings = {**options, "db": target.db, "ssl": target.ssl}
+        if target.username is not None:
+            settings["username"] = target.username
+        if target.password is not None:
+            settings["password"] = target.password
+        master = sentinel.master_for(target.service, **settings)
         return master, list(sentinel.sentinels)
     if target.kind == "cluster":
         options.pop("health_check_interval", None)  # a cluster client checks its nodes itself
@@ -165,3 +169,86 @@ def connect(url: str, *, asynchronous: bool, cluster: bool = False, **options: A
             options["startup_nodes"] = [node_class(host, port) for host, port in target.sentinels]
         return cluster_class.from_url(target.url, **options), []
     return server.from_url(target.url, **options), []
+
+
+#: redis-py keywords that the URL gives instead, and what to write there.
+_GIVEN_BY_THE_URL = {
+    "host": "the URL's host",
+    "port": "the URL's port",
+    "path": "a unix:// URL",
+    "unix_socket_path": "a unix:// URL",
+    "ssl": "a rediss:// URL",
+    "connection_pool": "the URL (from_url makes the pool)",
+    "url": "the URL",
+    "startup_nodes": "the URL (redis+cluster://host:port,host:port)",
+}
+_TLS_SCHEMES = ("rediss://", "rediss+cluster://", "rediss+sentinel://")
+
+
+@functools.cache
+def _redis_keywords(asynchronous: bool, cluster: bool) -> frozenset[str]:
+    """The keywords of redis-py's client class (and of its cluster class),
+    which its ``from_url`` passes on to the connections: ``ssl_ca_certs``,
+    ``ssl_certfile``, ``retry``, ``client_name``..."""
+    server, cluster_class, _ = _CLASSES[asynchronous]
+    names = {"connection_class", "parser_class"}  # the connection pool's, as in ConnectionPool.from_url
+    for cls in (server, cluster_class) if cluster else (server,):
+        names.update(
+            name
+            for name, parameter in inspect.signature(cls.__init__).parameters.items()
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+        )
+    return frozenset(names - {"self"} - _GIVEN_BY_THE_URL.keys())
+
+
+def _own_keywords(owner: type) -> frozenset[str]:
+    """What ``owner``'s constructor takes by name: its keywords and those of
+    the classes it extends, and the fields of :class:`~stampede.Options`."""
+    names = {field.name for field in dataclasses.fields(Options)}
+    for cls in owner.__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is not None and cls is not object:
+            names.update(
+                name
+                for name, parameter in inspect.signature(init).parameters.items()
+                if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+            )
+    return frozenset(names - {"self", "client"})
+
+
+def split_options(
+    owner: type, url: str, keywords: dict[str, Any], *, asynchronous: bool, cluster: bool = False
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``from_url``'s keywords, split: redis-py's connection keywords
+    (``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
+    ``retry``...) for the client, and ``owner``'s own (``namespace``,
+    ``ttl``...) for its constructor. One that neither takes, or an ``ssl_*``
+    keyword with a URL that is not TLS, is a :class:`ConfigurationError`
+    naming it."""
+    own = _own_keywords(owner)
+    target = parse_url(url, cluster=cluster)
+    known = _redis_keywords(asynchronous, target.kind == "cluster")
+    unknown = sorted(name for name in keywords if name not in own and name not in known)
+    if unknown:
+        hints = []
+        for name in unknown:
+            if name in _GIVEN_BY_THE_URL:
+                hints.append(f"{name} is given by {_GIVEN_BY_THE_URL[name]}")
+            else:
+                close = difflib.get_close_matches(name, sorted(own | known), n=1)
+                if close:
+                    hints.append(f"did you mean {close[0]}?")
+        raise ConfigurationError(
+            f"{owner.__name__}.from_url() got unknown keyword(s) {', '.join(unknown)}: neither a "
+            f"stampede option ({', '.join(sorted(own))}) nor a redis-py connection keyword "
+            f"(those of {'redis.asyncio' if asynchronous else 'redis'}.Redis)"
+            + (f"; {'; '.join(hints)}" if hints else "")
+        )
+    tls = sorted(name for name in keywords if name.startswith("ssl_") and name not in own)
+    if tls and not url.lower().startswith(_TLS_SCHEMES):
+        raise ConfigurationError(
+            f"{', '.join(tls)} configure TLS, which a {url.split('://', 1)[0]}:// URL does not use: "
+            f"use rediss:// (or rediss+cluster://, rediss+sentinel://), got {redact(url)!r}"
+        )
+    redis_options = {name: value for name, value in keywords.items() if name not in own}
+    return redis_options, {name: value for name, value in keywords.items() if name in own}

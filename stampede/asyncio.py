@@ -46,7 +46,7 @@ from ._flow import (
 )
 from ._keys import Keys
 from ._options import Options
-from ._urls import connect
+from ._urls import connect, split_options
 
 __all__ = ["Stampede", "for_running_loop", "redis_client"]
 
@@ -107,13 +107,14 @@ class Stampede(AsyncOperations):
         **kwargs: Any,
     ) -> Stampede:
         """Connect to the Redis at ``url``; see :meth:`stampede.Stampede.from_url`."""
+        redis_options, kwargs = split_options(cls, url, kwargs, asynchronous=True, cluster=cluster)
         client, owned = connect(
             url,
             asynchronous=True,
             cluster=cluster,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_connect_timeout,
-            health_check_interval=30,
+            **{"health_check_interval": 30, **redis_options},
         )
         instance = cls(client, **kwargs)
         instance._owns_client = True
