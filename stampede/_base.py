@@ -384,7 +384,7 @@ class StampedeBase:
         if hook is None:
             return
         try:
-            hook(Event(kind, name, **details))
+            hook(Event(kind, name, namespace=self._keys.namespace, **details))
         except Exception:
             # An observer must never break the cache it observes.
             logger.exception("on_event hook raised for %s on %r", kind.value, name)

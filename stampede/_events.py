@@ -46,12 +46,15 @@ class Event:
         key: the cache key, as the caller gave it (bytes keys decoded for display).
         duration: seconds, for ``REBUILD`` and ``WAIT``; otherwise ``None``.
         error: the exception, for ``REBUILD_ERROR`` and ``REDIS_ERROR``.
+        namespace: the namespace of the instance that saw it: what metrics
+            are labelled by (never by key, whose values are unbounded).
     """
 
     kind: EventKind
     key: str
     duration: float | None = None
     error: BaseException | None = None
+    namespace: str = ""
 
 
 EventHook = Callable[[Event], None]
