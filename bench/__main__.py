@@ -152,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     peers = [peer for peer in asked if not peer.missing()] if peer_scenarios else []
     skipped = [
         f"Skipped {peer.label}: {', '.join(peer.missing())} not installed "
-        "(`pip install stampede[bench]` installs every peer)."
+        "(`pip install redis-stampede[bench]` installs every peer)."
         for peer in asked
         if peer.missing() and peer_scenarios
     ]

