@@ -20,6 +20,7 @@ from ._envelope import Entry as Entry
 from ._events import Event as Event
 from ._events import EventHook as EventHook
 from ._events import EventKind as EventKind
+from ._events import hook_from as hook_from
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import KeyTypeError as KeyTypeError
 from ._exceptions import RedisUnavailableError as RedisUnavailableError
@@ -65,6 +66,7 @@ __all__ = [
     "default",
     "function_key",
     "get_or_rebuild",
+    "hook_from",
     "redact_url",
     "redis_client",
     "serializer_from",

@@ -475,6 +475,19 @@ class StampedeBase:
             raise WaitTimeoutError(keys.name, options.wait_timeout)
         return Read(False)
 
+    def _miss_once(self, keys: Keys, missed: bool) -> bool:
+        """A caller about to wait for a rebuild its process already has under
+        way: a miss, reported once per call (its flow, should it lead later,
+        does not report it again). Returns ``True``: reported."""
+        if not missed:
+            self._emit(keys, EventKind.MISS)
+        return True
+
+    def _waited(self, keys: Keys, started: float) -> None:
+        """A caller's wait for its process's own flight ended (monotonic ``started``)."""
+        if self._on_event is not None:
+            self._emit(keys, EventKind.WAIT, duration=self._clock.monotonic() - started)
+
     def _serve_follower(self, keys: Keys, entry: Entry) -> Any:
         """A caller whose process already has a refresh of ``keys`` under way."""
         fresh = entry.is_fresh(self._clock.time())

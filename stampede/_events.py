@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import enum
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Event", "EventHook", "EventKind", "logger"]
+from ._exceptions import ConfigurationError
+
+__all__ = [
+    "Event",
+    "EventHook",
+    "EventKind",
+    "hook_from",
+    "logger",
+]
 
 logger = logging.getLogger("stampede")
 
@@ -58,3 +68,72 @@ class Event:
 
 
 EventHook = Callable[[Event], None]
+
+
+def hook_from(setting: Any, argument: str = "on_event") -> EventHook | None:
+    """An ``on_event`` hook from ``setting``: ``None``, a callable, its dotted
+    path (``"stampede.prometheus.on_event"``), or a list of them, all called
+    in order, one raising (logged) never keeping the others from the event.
+    For configuration files; ``argument`` names the setting in errors.
+
+    >>> sf = stampede.Stampede(client, on_event=stampede.hook_from([metrics, telemetry]))
+    """
+    if setting is None or callable(setting) or isinstance(setting, str):
+        return _one_hook(setting, argument)
+    if not isinstance(setting, (list, tuple)):
+        raise ConfigurationError(
+            f"{argument} must be a callable, its dotted path, or a list of them, got {setting!r}"
+        )
+    chain = tuple(_one_hook(item, f"{argument}[{index}]") for index, item in enumerate(setting))
+    hooks = tuple(hook for hook in chain if hook is not None)
+    if len(hooks) <= 1:
+        return hooks[0] if hooks else None
+    return _Chain(hooks)
+
+
+class _Chain:
+    """Hooks called in turn with each event."""
+
+    __slots__ = ("hooks",)
+
+    def __init__(self, hooks: tuple[EventHook, ...]) -> None:
+        self.hooks = hooks
+
+    def __call__(self, event: Event) -> None:
+        for hook in self.hooks:
+            try:
+                hook(event)
+            except Exception:
+                # As the core does for a single hook: an observer never breaks
+                # the cache it observes, nor the observers after it.
+                logger.exception("on_event hook %r raised for %s on %r", hook, event.kind.value, event.key)
+
+    # Equal for equal hooks: settings read again (Django builds a backend per
+    # thread) compare equal to the first reading.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Chain) and other.hooks == self.hooks
+
+    def __hash__(self) -> int:
+        return hash(self.hooks)
+
+    def __repr__(self) -> str:
+        return f"stampede.hook_from({list(self.hooks)!r})"
+
+
+def _one_hook(setting: Any, argument: str) -> EventHook | None:
+    if isinstance(setting, str):
+        module, _, name = setting.rpartition(".")
+        try:
+            setting = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ConfigurationError(f"{argument} {setting!r} cannot be imported: {exc}") from exc
+    if isinstance(setting, type):
+        # Called with each event, a class would make an object of it: surely
+        # not what was meant (stampede.prometheus.Metrics for a Metrics()).
+        raise ConfigurationError(
+            f"{argument} names the class {setting.__qualname__}: give an instance, or a function "
+            "such as 'stampede.prometheus.on_event'"
+        )
+    if setting is not None and not callable(setting):
+        raise ConfigurationError(f"{argument} must be a callable or its dotted path, got {setting!r}")
+    return setting  # type: ignore[no-any-return]

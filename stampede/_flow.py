@@ -284,6 +284,8 @@ class Flow:
             loop (and the very coroutine holding the lease).
         deadline: the monotonic time at which waiting ends, if the caller
             already waited before this flow began.
+        missed: this call was already reported as a miss (it waited for
+            another caller of its process first).
         fails_over: the primary can be replaced (a Redis Cluster, a
             Sentinel-managed master): when it fails, a replica's value is
             served, and a caller with nothing to serve tries the primary
@@ -304,6 +306,7 @@ class Flow:
         can_wait: bool = True,
         deadline: float | None = None,
         fails_over: bool = False,
+        missed: bool = False,
     ) -> None:
         self.keys = keys
         self.options = options
@@ -316,6 +319,7 @@ class Flow:
         self.can_wait = can_wait
         self.deadline = deadline
         self.fails_over = fails_over
+        self.missed = missed
         self.committed = False  # set by settle(): whether a rebuilt value was stored
         self.won_at: str | None = None  # the server's clock when this flow won its lease
         # Its rebuild lost to a newer write (the commit was refused): its value
@@ -347,6 +351,7 @@ class Flow:
                 )
                 self.emit(EventKind.FAIL_OPEN, error=exc)
                 rebuilt = yield Rebuild(None)
+                self._report(rebuilt)
                 outcome = (rebuilt.value, rebuilt.error)
         value, error = outcome
         if error is not None:
@@ -455,7 +460,9 @@ class Flow:
 
     def _fill(self) -> Generator[Op, Any, _Outcome]:
         # Nothing to serve: one caller rebuilds, the others wait for it.
-        self.emit(EventKind.MISS)
+        if not self.missed:
+            self.emit(EventKind.MISS)
+            self.missed = True
         clock = self.clock
         deadline = self.deadline
         if deadline is None:

@@ -122,7 +122,8 @@ class Compressed:
             raise ConfigurationError(f"algorithm must be 'zlib' or 'zstd', got {algorithm!r}")
         if algorithm == "zstd" and _zstd() is None:
             raise ConfigurationError(
-                "algorithm 'zstd' needs Python 3.14+ or the zstandard package (pip install 'redis-stampede[zstd]')"
+                "algorithm 'zstd' needs Python 3.14+ or the zstandard package "
+                "(pip install 'redis-stampede[zstd]')"
             )
         for name, number in (("min_size", min_size), ("max_size", max_size)):
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:

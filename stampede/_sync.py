@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import random
 import threading
@@ -265,6 +266,7 @@ class Stampede(Operations):
         return pending.raw
 
     def _single_flight(self, keys: Keys, options: Options, lookup: Lookup, rebuild: Callable[[], T]) -> T:
+        missed = False  # whether this call was reported as a miss
         while True:
             flight, leader = self._flights.join(keys.value)
             if leader:
@@ -276,8 +278,11 @@ class Stampede(Operations):
                 return self._drive(  # type: ignore[no-any-return]
                     self._flow(keys, options).without_waiting(), keys, options, rebuild
                 )
+            missed = self._miss_once(keys, missed)
+            started = self._clock.monotonic()
             if not flight.done.wait(options.wait_timeout):
                 return self._after_wait_timeout(keys, options, rebuild)
+            self._waited(keys, started)
             if flight.superseded or late:
                 again = self._first_read(keys, options)  # what the newer write left
                 if isinstance(again, Entry):
@@ -288,7 +293,7 @@ class Stampede(Operations):
         if options.background and lookup.entry is not None:
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._serve_follower(keys, lookup.entry)  # type: ignore[no-any-return]
-        flow = self._flow(keys, options, can_wait=not on_event_loop_thread())
+        flow = self._flow(keys, options, can_wait=not on_event_loop_thread(), missed=missed)
         return self._lead(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
 
     def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Callable[[], T]) -> T:
@@ -342,7 +347,9 @@ class Stampede(Operations):
                 self._flights.finish(keys.value, flight, value=value, superseded=flow.superseded)
 
         try:
-            self._background_executor().submit(refresh)
+            # In the caller's context (as an asyncio task would be): its
+            # tracing span, its context variables.
+            self._background_executor().submit(contextvars.copy_context().run, refresh)
         except RuntimeError as exc:  # the interpreter is shutting down
             logger.info("cannot refresh %r in the background: %s", keys.name, exc)
             self._flights.finish(keys.value, flight, error=exc)
@@ -521,6 +528,7 @@ class Stampede(Operations):
         can_wait = not on_event_loop_thread()
         flight_key = (keys.value, "read")
         deadline = self._clock.monotonic() + options.wait_timeout
+        missed = False  # whether this call was reported as a miss
         while True:
             flight, leader = self._flights.join(flight_key)
             if leader:
@@ -531,9 +539,12 @@ class Stampede(Operations):
             if not can_wait:
                 self._emit(keys, EventKind.NO_WAIT)
                 return Read(False)
-            remaining = deadline - self._clock.monotonic()
+            missed = self._miss_once(keys, missed)
+            started = self._clock.monotonic()
+            remaining = deadline - started
             if remaining <= 0 or not flight.done.wait(remaining):
                 return self._read_timed_out(keys, options)
+            self._waited(keys, started)
             if flight.abandoned or late:
                 continue
             shared = flight.outcome()
@@ -542,7 +553,9 @@ class Stampede(Operations):
             # A caller of this process rebuilds under the lease: the next
             # flight waits for its commit.
         try:
-            flow = self._flow(keys, options, take_over=False, can_wait=can_wait, deadline=deadline)
+            flow = self._flow(
+                keys, options, take_over=False, can_wait=can_wait, deadline=deadline, missed=missed
+            )
             outcome = self._drive(flow.run(lookup), keys, options, None)
             read = self._lease_for(keys, options, flow, outcome) if isinstance(outcome, Paused) else None
         except BaseException as exc:

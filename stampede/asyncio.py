@@ -185,6 +185,7 @@ class Stampede(AsyncOperations):
     async def _single_flight(
         self, keys: Keys, options: Options, lookup: Lookup, rebuild: Rebuilder[Any]
     ) -> Any:
+        missed = False  # whether this call was reported as a miss
         while True:
             flight, leader = self._flights.join(keys.value)
             if leader:
@@ -192,10 +193,13 @@ class Stampede(AsyncOperations):
             late = flight.overtaken  # joined after a write of this process: read again after it
             if lookup.entry is not None:
                 return self._serve_follower(keys, lookup.entry)
+            missed = self._miss_once(keys, missed)
+            started = self._clock.monotonic()
             try:
                 await asyncio.wait_for(flight.done.wait(), options.wait_timeout)
             except asyncio.TimeoutError:
                 return await self._after_wait_timeout(keys, options, rebuild)
+            self._waited(keys, started)
             if flight.superseded or late:
                 again = await self._first_read(keys, options)  # what the newer write left
                 if isinstance(again, Entry):
@@ -206,7 +210,7 @@ class Stampede(AsyncOperations):
         if options.background and lookup.entry is not None:
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._serve_follower(keys, lookup.entry)
-        flow = self._flow(keys, options)
+        flow = self._flow(keys, options, missed=missed)
         return await self._lead(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
 
     async def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Rebuilder[Any]) -> Any:
@@ -467,6 +471,7 @@ class Stampede(AsyncOperations):
             return Read(True, lookup.value)
         flight_key = (keys.value, "read")
         deadline = self._clock.monotonic() + options.wait_timeout
+        missed = False  # whether this call was reported as a miss
         while True:
             flight, leader = self._flights.join(flight_key)
             if leader:
@@ -474,13 +479,16 @@ class Stampede(AsyncOperations):
             late = flight.overtaken  # joined after a write of this process: its outcome may be older
             if lookup.entry is not None:
                 return Read(True, self._serve_follower(keys, lookup.entry))
-            remaining = deadline - self._clock.monotonic()
+            missed = self._miss_once(keys, missed)
+            started = self._clock.monotonic()
+            remaining = deadline - started
             try:
                 if remaining <= 0:
                     raise asyncio.TimeoutError
                 await asyncio.wait_for(flight.done.wait(), remaining)
             except asyncio.TimeoutError:
                 return self._read_timed_out(keys, options)
+            self._waited(keys, started)
             if flight.abandoned or late:
                 continue
             shared = flight.outcome()
@@ -489,7 +497,7 @@ class Stampede(AsyncOperations):
             # A task of this loop rebuilds under the lease: the next flight
             # waits for its commit.
         try:
-            flow = self._flow(keys, options, take_over=False, deadline=deadline)
+            flow = self._flow(keys, options, take_over=False, deadline=deadline, missed=missed)
             outcome = await self._drive(flow.run(lookup), keys, options, None)
             read = self._lease_for(keys, options, flow, outcome) if isinstance(outcome, Paused) else None
         except BaseException as exc:

@@ -245,7 +245,7 @@ class CacheConfig:
     options: stampede.Options
     namespace: str
     serializer: Any  # the setting (a name, path or object): compared, not built, per instance
-    on_event: Any
+    on_event: stampede.EventHook | None
     signing_keys: tuple[bytes, ...] | None = None  # never shown
     pool_key: Any = None  # pool_options, hashable: what comparisons use
 
@@ -298,11 +298,12 @@ class CacheConfig:
         except stampede.ConfigurationError as exc:
             raise improperly_configured(exc) from exc
         namespace = raw.get("NAMESPACE", "django")
-        on_event = raw.get("ON_EVENT")
-        if isinstance(on_event, str):
-            on_event = _import("ON_EVENT", on_event)
-        if on_event is not None and not callable(on_event):
-            raise _bad("OPTIONS['ON_EVENT']", f"must be a callable or its dotted path, got {on_event!r}")
+        try:
+            # A callable, its dotted path, or a list of them, called in turn;
+            # equal settings give equal hooks, so backends still share cores.
+            on_event = stampede.hook_from(raw.get("ON_EVENT"), "OPTIONS['ON_EVENT']")
+        except stampede.ConfigurationError as exc:
+            raise ImproperlyConfigured(f"django_stampede: {exc}") from exc
         servers = _servers(location)
         if raw.get("SENTINELS") is not None:
             servers = (_sentinel_location(servers, raw["SENTINELS"]),)

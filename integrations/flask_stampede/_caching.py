@@ -25,7 +25,7 @@ from flask_caching.backends.base import BaseCache
 
 import stampede
 
-from ._config import build_serializer, signing_keys
+from ._config import build_serializer, event_hook, signing_keys
 
 __all__ = ["StampedeCache"]
 
@@ -38,7 +38,7 @@ _CORE_OPTIONS = {
     "beta",
     "fail_open",
 }
-_OWN_OPTIONS = {"namespace", "serializer", "signing_key", "redis_options"}
+_OWN_OPTIONS = {"namespace", "serializer", "signing_key", "redis_options", "on_event"}
 _HELD = "_flask_stampede_leases"
 
 
@@ -183,7 +183,8 @@ class StampedeCache(BaseCache):
         """Built by Flask-Caching from its Redis settings (see :func:`_url`),
         ``CACHE_KEY_PREFIX`` and ``CACHE_OPTIONS``, which takes stampede's options
         in lower case (``stale_ttl``, ``lease_ttl``...) plus ``namespace``,
-        ``serializer`` and ``redis_options``."""
+        ``serializer``, ``signing_key``, ``redis_options`` and ``on_event`` (a
+        callable, its dotted path, or a list of them)."""
         options = dict(kwargs)
         default_timeout = options.pop("default_timeout", 300)
         ignore_errors = options.pop("ignore_delete_many_errors", False)
@@ -206,12 +207,18 @@ class StampedeCache(BaseCache):
             options.pop("signing_key")
         else:
             keys = signing_keys(app.config)
+        on_event = event_hook(options.pop("on_event", None), "CACHE_OPTIONS['on_event']")
         client = stampede.redis_client(url, **redis_options)
         namespace = options.pop("namespace", "flask-caching")
 
         def made(serializer: stampede.Serializer) -> stampede.Stampede:
             return stampede.Stampede(
-                client, namespace=namespace, serializer=serializer, signing_key=keys, **options
+                client,
+                namespace=namespace,
+                serializer=serializer,
+                signing_key=keys,
+                on_event=on_event,
+                **options,
             )
 
         try:

@@ -13,7 +13,7 @@ import itsdangerous
 
 import stampede
 
-__all__ = ["Settings", "build_serializer", "signing_keys"]
+__all__ = ["Settings", "build_serializer", "event_hook", "signing_keys"]
 
 logger = logging.getLogger("flask_stampede")
 
@@ -37,6 +37,7 @@ _OWN = {
     "STAMPEDE_SIGNING_KEY",
     "STAMPEDE_CACHE_HEADER",
     "STAMPEDE_CACHE_CONTROL",
+    "STAMPEDE_ON_EVENT",
 }
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 
@@ -51,6 +52,15 @@ def build_serializer(setting: Any, name: str = "STAMPEDE_SERIALIZER") -> stamped
         return stampede.serializer_from(setting)
     except stampede.ConfigurationError as exc:
         raise _bad(name, f"is invalid: {exc}") from exc
+
+
+def event_hook(setting: Any, name: str = "STAMPEDE_ON_EVENT") -> stampede.EventHook | None:
+    """The ``on_event`` hook a setting names (a callable, its dotted path, or
+    a list of them), or an error naming the setting."""
+    try:
+        return stampede.hook_from(setting, name)
+    except stampede.ConfigurationError as exc:
+        raise stampede.ConfigurationError(f"flask_stampede: {exc}") from exc
 
 
 #: What the keys derived from the app's SECRET_KEY are salted with.
@@ -101,6 +111,7 @@ class Settings:
     cache_header: str | None
     cache_control: bool
     signing_keys: tuple[bytes, ...] | None = field(default=None, compare=False)  # never shown
+    on_event: stampede.EventHook | None = None
 
     def __repr__(self) -> str:
         # Printed by error reporters and debuggers: no password in it.
@@ -159,4 +170,5 @@ class Settings:
             cache_header=header,
             cache_control=cache_control,
             signing_keys=signing_keys(config),
+            on_event=event_hook(config.get("STAMPEDE_ON_EVENT")),
         )

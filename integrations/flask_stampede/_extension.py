@@ -72,6 +72,7 @@ class _State:
                 options=settings.options,
                 serializer=settings.serializer,
                 signing_key=settings.signing_keys,
+                on_event=settings.on_event,
             )
 
         return stampede.asyncio.for_running_loop(id(self), build)
@@ -122,6 +123,7 @@ class Stampede:
                 options=settings.options,
                 serializer=settings.serializer,
                 signing_key=settings.signing_keys,
+                on_event=settings.on_event,
             )
         except stampede.ConfigurationError as exc:
             setting = "STAMPEDE_NAMESPACE" if str(exc).startswith("namespace") else "STAMPEDE_REDIS_OPTIONS"
