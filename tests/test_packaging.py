@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import email
+import shutil
 import subprocess
 import sys
 import venv
@@ -55,9 +56,19 @@ def test_the_core_imports_no_framework_and_no_example() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # From a copy without what earlier builds left (build/, *.egg-info), as a
+    # clean checkout would be.
+    source = tmp_path_factory.mktemp("source") / "checkout"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", ".cache", "build", "*.egg-info", "__pycache__", ".*_cache", "*.png"
+        ),
+    )
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, ROOT],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, source],
         check=True,
         timeout=300,
         capture_output=True,

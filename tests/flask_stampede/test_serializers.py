@@ -73,6 +73,7 @@ def test_compressed_serializers_by_name(client: redis.Redis) -> None:
     for name in ("json+zlib", "pickle+zstd"):
         app, ext, cache, _ = make_app(SECRET_KEY="a-secret-key-for-serializers", STAMPEDE_SERIALIZER=name)
         app.config["CACHE_OPTIONS"]["serializer"] = name
+        cache.cache.stampede.client.close()  # the backend init_app replaces
         cache.init_app(app)  # again, with the serializer
         with app.app_context():
             cache.set("page", page)
