@@ -47,7 +47,7 @@ lint: $(STAMP)
 ## their stock Redis caches and then on stampede (an embedded redis-server
 ## unless REDIS_URL is set); prints a table per app, writes stampede-demo.png
 demo: $(STAMP)
-	$(BIN)/python -m stampede demo $(DEMO_ARGS)
+	$(BIN)/python -m example_project.demo $(DEMO_ARGS)
 
 ## make bench: stampede side by side with its peers, each on its own redis-server
 bench: $(STAMP)

@@ -1,3 +1,3 @@
 """Example applications protected by stampede: a Django site and a Flask app,
-each with an expensive page, and the ``stampede demo`` driver that puts them
-under a stampede."""
+each with an expensive page, and the demo (``python -m example_project.demo``,
+or ``make demo``) that puts them under a stampede."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
@@ -41,6 +42,14 @@ def _exit_on_eof() -> None:
     os._exit(0)  # waitress holds the main thread; nothing here needs a graceful exit
 
 
+def _stop_signals_default() -> None:
+    """Die of SIGINT, SIGTERM and SIGHUP even if started with them ignored (inherited
+    from a background job or ``nohup``): whoever started this server stops it so, and
+    waitress's threads need no graceful exit."""
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m example_project.serve", description=__doc__)
     parser.add_argument("app", choices=("django", "flask"))
@@ -50,12 +59,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--exit-on-eof",
         action="store_true",
-        help="exit when stdin closes (the demo uses this so that no server outlives it)",
+        help="exit when stdin closes, and on SIGINT, SIGTERM and SIGHUP even if started with them "
+        "ignored (the demo uses this so that no server outlives it)",
     )
     args = parser.parse_args(argv)
     import waitress
 
     if args.exit_on_eof:
+        _stop_signals_default()
         threading.Thread(target=_exit_on_eof, name="exit-on-eof", daemon=True).start()
 
     waitress.serve(

@@ -1,10 +1,15 @@
-"""``stampede demo`` (also ``python -m stampede demo`` and ``make demo``).
+"""The demo: ``python -m example_project.demo`` from the root of a checkout
+(``make demo`` runs it so).
 
 Starts a redis-server unless ``--redis-url`` (or ``$REDIS_URL``) is given,
 serves each example app with waitress in a few processes, and sends many
 concurrent clients at its expensive pages while they expire: first on the
 framework's stock Redis cache, then on stampede. Prints a table per app and
-draws a PNG over time. Everything it starts is stopped, on errors and Ctrl-C too.
+draws a PNG over time: requests, latency, runs of the expensive code, and the
+Redis commands and connections sampled meanwhile. Everything it starts is
+stopped, on errors and on SIGINT (Ctrl-C), SIGTERM and SIGHUP too: it installs
+its own handlers for those, whatever it inherited (a background job of a
+script starts with SIGINT ignored, ``nohup`` with SIGHUP).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -33,6 +38,7 @@ from example_project.expensive import runs_key
 
 from .load import Stampede, Target
 from .report import Run, Summary, render_tables, summarise
+from .sampler import sampled
 from .servers import STOP_SIGNALS, ServerError, app_servers, deferred_signals
 
 if TYPE_CHECKING:
@@ -63,6 +69,8 @@ PAGES = {
 STOCK = {"django": "Django's RedisCache", "flask": "Flask-Caching's RedisCache"}
 CACHES = ("stock", "stampede")
 REQUIRED = ("django", "flask", "flask_caching", "waitress", "tqdm")
+#: The command, in usage and error messages.
+PROG = "python -m example_project.demo"
 
 
 def _positive(kind: Callable[[str], float]) -> Callable[[str], float]:
@@ -90,12 +98,12 @@ def _writable(option: str, path: Path) -> None:
     directory = path.resolve().parent
     existing = next((p for p in (directory, *directory.parents) if p.exists()), None)
     if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK):
-        raise SystemExit(f"stampede demo: {option} {path}: cannot write into {directory}")
+        raise SystemExit(f"{PROG}: {option} {path}: cannot write into {directory}")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="stampede demo",
+        prog=PROG,
         description="Put the example Django site and Flask app under a cache stampede, "
         "first on their stock Redis cache, then on stampede.",
     )
@@ -142,7 +150,26 @@ def log(message: str) -> None:
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> NoReturn:
-    raise KeyboardInterrupt  # SIGTERM takes the same way out as Ctrl-C
+    raise KeyboardInterrupt  # SIGTERM and SIGHUP take the same way out as Ctrl-C
+
+
+@contextlib.contextmanager
+def _stop_signals_handled() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt while the demo runs, whatever
+    it inherited; the previous handlers are put back after.
+
+    Python installs its Ctrl-C handler only when SIGINT is not ignored at start, and
+    a background job of a script starts with SIGINT ignored (``nohup``: SIGHUP):
+    left so, the signal would be lost and the demo would run on. A handled
+    signal is also reset to the default in the processes the demo starts (an
+    ignored one would be inherited), so its servers die of them as usual.
+    """
+    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _missing_modules() -> list[str]:
@@ -150,13 +177,20 @@ def _missing_modules() -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with _stop_signals_handled():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt:
+            log("interrupted; everything the demo started is stopped")
+            return 130
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = parse_args(argv)
     missing = _missing_modules()
     if missing:
         log(f"missing {', '.join(missing)}: in a checkout, pip install -e '.[demo]' (or make demo)")
         return 2
-    for sig in STOP_SIGNALS[1:]:  # SIGTERM and SIGHUP take the same way out as Ctrl-C
-        signal.signal(sig, _interrupt)
     apps = [app for app in PAGES if app in (args.app or PAGES)]
     processes = Started()
     try:
@@ -167,13 +201,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
                 server = RedisServer()
                 stack.callback(_close_shielded, server)
-                url = server.start().url
+                # Deferred (a few milliseconds): interrupted between its start and its
+                # noting, the redis-server would be left behind.
+                with deferred_signals():
+                    url = server.start().url
                 processes.redis = server.pid
                 log(f"started a redis-server for the demo at {url} (pid {server.pid})")
             runs = _run_all(url, apps, args, processes)
-    except KeyboardInterrupt:
-        log("interrupted; everything the demo started is stopped")
-        return 130
     except ServerError as exc:
         log(f"failed: {exc}")
         return 1
@@ -195,12 +229,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for app in apps:
         print(_verdict(app, summaries))
+        print(_redis_verdict(app, runs))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         document = {
             "settings": _settings(args),
             "processes": dataclasses.asdict(processes),
             "summaries": [s.as_dict() for s in summaries],
+            "redis": [run.redis_figures() for run in runs],
         }
         args.json.write_text(json.dumps(_no_nan(document), indent=2), encoding="utf-8")
         log(f"figures written to {args.json}")
@@ -297,31 +333,48 @@ def _run(
     }
     # A thread per client and a few spare: the server is not the bottleneck being shown.
     threads = -(-args.clients // args.processes) + 4
-    with app_servers(app, args.processes, threads, env) as servers:
+    # Connected before the servers start, so that its baseline of connections is not theirs.
+    with sampled(url, runs_key(prefix)) as sampler, app_servers(app, args.processes, threads, env) as servers:
         pids = servers.pids
         processes.servers.extend(pids)
         _note(f"{app} on {cache}: serving on ports {servers.ports} (pids {pids})")
         targets = [Target(port, path, page) for page, path, _ in PAGES[app] for port in servers.ports]
         # Every request is bounded, and outlasts the longest wait for a rebuild.
         load = Stampede(targets, args.clients, args.think, timeout=max(30.0, 3 * args.rebuild_time + 10))
-        load.start()
-        shown = 0
-        while (elapsed := time.time() - load.started) < args.duration:
-            time.sleep(min(0.25, args.duration - elapsed))
-            servers.check()  # a dead server would make the comparison meaningless
-            step = min(int(time.time() - load.started), round(args.duration)) - shown
-            if step > 0:
-                bar.update(step)
-                shown += step
-            bar.set_postfix_str(f"{load.count():,} requests, {client.llen(runs_key(prefix))} expensive runs")
-        requests = load.stop()
+        try:
+            # Not interrupted halfway: every thread started is one that stop() can join.
+            with deferred_signals():
+                sampler.start()
+                load.start()
+            shown = 0
+            while (elapsed := time.time() - load.started) < args.duration:
+                time.sleep(min(0.25, args.duration - elapsed))
+                servers.check()  # a dead server would make the comparison meaningless
+                step = min(int(time.time() - load.started), round(args.duration)) - shown
+                if step > 0:
+                    bar.update(step)
+                    shown += step
+                bar.set_postfix_str(f"{load.count():,} requests, {sampler.expensive_runs} expensive runs")
+        finally:
+            requests = load.stop()  # on the way out too: no client thread goes on knocking
+        samples = sampler.stop(origin=load.started)
         bar.update(round(args.duration) - shown)
     expensive = []
     for entry in client.lrange(runs_key(prefix), 0, -1):
         text = entry.decode() if isinstance(entry, bytes) else entry
         label, _, at = text.rpartition(" ")
         expensive.append((label.partition(":")[2], float(at) - load.started))
-    return Run(app, cache, args.duration, args.ttl, args.rebuild_time, requests, expensive)
+    return Run(
+        app,
+        cache,
+        args.duration,
+        args.ttl,
+        args.rebuild_time,
+        requests,
+        expensive,
+        redis_samples=samples,
+        baseline_clients=sampler.baseline_clients,
+    )
 
 
 def _note(message: str) -> None:
@@ -354,6 +407,23 @@ def _verdict(app: str, summaries: Sequence[Summary]) -> str:
         f"{app}: the expensive code ran {ours.expensive_runs} times on stampede against "
         f"{stock.expensive_runs} on {STOCK[app]}; {ours.slow:,} requests waited for it against "
         f"{stock.slow:,}; p99 {ours.p99_ms:,.0f} ms against {stock.p99_ms:,.0f} ms."
+    )
+
+
+def _redis_verdict(app: str, runs: Sequence[Run]) -> str:
+    figures = {run.cache: run.redis_figures() for run in runs if run.app == app}
+    stock, ours = figures.get("stock"), figures.get("stampede")
+    if stock is None or ours is None:
+        return ""
+
+    def per_request(figures: dict[str, object]) -> str:
+        value = figures["commands_per_request"]
+        return "n/a" if value is None else f"{value:.2f}"
+
+    return (
+        f"{app} in Redis: {ours['commands']:,} commands on stampede ({per_request(ours)} per request) "
+        f"against {stock['commands']:,} on {STOCK[app]} ({per_request(stock)} per request); "
+        f"at most {ours['max_clients']} connections against {stock['max_clients']}."
     )
 
 

@@ -75,7 +75,8 @@ class Stampede:
         """Stop every client after its current request; every request, by time sent."""
         self._stop.set()
         for thread in self._threads:
-            thread.join(self.timeout + 5.0)  # a request is bounded by its socket timeout
+            if thread.ident is not None:  # started
+                thread.join(self.timeout + 5.0)  # a request is bounded by its socket timeout
         return sorted((r for records in self._records for r in records), key=lambda r: r.sent)
 
     def _client(self, target: Target, records: list[Request]) -> None:

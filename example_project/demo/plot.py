@@ -1,5 +1,6 @@
 """The PNG: per app, requests per second, latency and runs of the expensive
-code over time, the stock cache and stampede on the same axes."""
+code over time, then what the Redis saw meanwhile (commands per second and the
+app servers' connections), the stock cache and stampede on the same axes."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ def plot(runs: Sequence[Run], path: Path, title: str) -> None:
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     apps = list(dict.fromkeys(run.app for run in runs))
     figure, axes = plt.subplots(
-        3, len(apps), figsize=(7.0 * len(apps), 9.0), sharex=True, squeeze=False, constrained_layout=True
+        5, len(apps), figsize=(7.0 * len(apps), 14.5), sharex=True, squeeze=False, constrained_layout=True
     )
     for column, app in enumerate(apps):
-        rate, latency, rebuilds = axes[0][column], axes[1][column], axes[2][column]
+        rate, latency, rebuilds, commands, clients = (axes[row][column] for row in range(5))
         app_runs = [run for run in runs if run.app == app]
         width = BIN_SECONDS / (len(app_runs) + 1)
         for offset, run in enumerate(app_runs):
@@ -64,14 +66,38 @@ def plot(runs: Sequence[Run], path: Path, title: str) -> None:
                 color=colour,
                 label=f"{label}: {len(run.expensive_runs)} runs",
             )
+            # Each sample's figure over the interval before it, drawn at the interval's middle.
+            samples = [s for s in run.redis_samples if s.at - s.interval / 2 < run.duration]
+            middles = [s.at - s.interval / 2 for s in samples]
+            total = sum(s.commands for s in run.redis_samples)  # as the JSON and the tables count
+            per_request = f", {total / len(run.requests):.1f} per request" if run.requests else ""
+            commands.plot(
+                middles,
+                [s.commands_per_second for s in samples],
+                color=colour,
+                label=f"{label}: {total:,} commands{per_request}",
+            )
+            clients.plot(
+                [s.at for s in samples],
+                [s.clients for s in samples],
+                color=colour,
+                drawstyle="steps-post",
+                label=f"{label}: at most {max((s.clients for s in run.redis_samples), default=0)}",
+            )
         rate.set_title(f"{app}: requests per second")
         latency.set_title(f"{app}: latency per {BIN_SECONDS:g} s (ms, log scale)")
         latency.set_yscale("log")
         rebuilds.set_title(f"{app}: runs of the expensive code, by the time they began")
-        rebuilds.set_xlabel("seconds since the stampede began")
-        for axis in (rate, latency, rebuilds):
+        commands.set_title(f"{app}: Redis commands per second (INFO stats, the demo's own not counted)")
+        clients.set_title(f"{app}: Redis connections of the app servers (INFO clients: connected_clients)")
+        commands.set_ylim(bottom=0)
+        clients.set_ylim(bottom=0)
+        clients.yaxis.set_major_locator(MaxNLocator(integer=True))
+        clients.set_xlabel("seconds since the stampede began")
+        for axis in (rate, latency, rebuilds, commands, clients):
             axis.grid(True, alpha=0.3)
-            axis.legend(fontsize="small", loc="upper right")
+            # The Redis curves peak anywhere: their legends go where they hide least.
+            axis.legend(fontsize="small", loc="upper right" if axis in (rate, latency, rebuilds) else "best")
     figure.suptitle(title)
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=110)

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 from .load import Request
+from .sampler import RedisSample
 
 __all__ = ["Run", "Summary", "percentile", "render_tables", "summarise"]
 
@@ -28,6 +29,25 @@ class Run:
     requests: Sequence[Request]
     #: (page, seconds since the run started) of every run of the expensive code.
     expensive_runs: Sequence[tuple[str, float]]
+    #: What the Redis saw meanwhile, every :data:`~.sampler.SAMPLE_SECONDS`.
+    redis_samples: Sequence[RedisSample] = ()
+    #: connected_clients before the app servers started (subtracted from the samples').
+    baseline_clients: int = 0
+
+    def redis_figures(self) -> dict[str, object]:
+        """The Redis samples and their totals, for the JSON."""
+        commands = sum(s.commands for s in self.redis_samples)
+        requests = len(self.requests)
+        return {
+            "app": self.app,
+            "cache": self.cache,
+            "baseline_clients": self.baseline_clients,
+            "commands": commands,
+            "requests": requests,
+            "commands_per_request": round(commands / requests, 3) if requests else None,
+            "max_clients": max((s.clients for s in self.redis_samples), default=None),
+            "samples": [s.as_dict() for s in self.redis_samples],
+        }
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,8 @@ __all__ = ["AppServers", "ServerError", "app_servers", "deferred_signals", "free
 
 #: The directory holding ``example_project``: the servers import it from there.
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
-#: The signals that end the demo (Ctrl-C, ``kill``, a closed terminal).
+#: The signals that end the demo (Ctrl-C, ``kill``, a closed terminal): it handles
+#: them itself from the start, even when it inherited them ignored.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
@@ -85,8 +86,10 @@ def app_servers(
     """Run ``count`` server processes of ``app`` (``django`` or ``flask``), ready to serve.
 
     Each process has ``threads`` worker threads and the environment ``env`` on
-    top of this one. They are stopped on the way out, whatever happens, and
-    exit by themselves if this process dies (they watch their stdin).
+    top of this one. They are stopped on the way out, whatever happens (SIGTERM,
+    then SIGKILL), and exit by themselves if this process dies (they watch their
+    stdin). They die of SIGINT, SIGTERM and SIGHUP whatever this process ignores
+    (``serve --exit-on-eof`` resets them).
     """
     environment = {**os.environ, **env}
     environment["PYTHONPATH"] = os.pathsep.join(
@@ -98,7 +101,8 @@ def app_servers(
             for index in range(count):
                 port = free_port()
                 log = Path(logs) / f"{app}-{index}.log"
-                with log.open("wb") as out:
+                # Deferred: a signal between the start of a process and its noting would leak it.
+                with log.open("wb") as out, deferred_signals():
                     process = subprocess.Popen(
                         [
                             sys.executable,
@@ -111,9 +115,9 @@ def app_servers(
                         stderr=subprocess.STDOUT,
                         start_new_session=True,  # Ctrl-C in the terminal is ours to handle
                     )
-                servers.processes.append(process)
-                servers.logs.append(log)
-                servers.ports.append(port)
+                    servers.processes.append(process)
+                    servers.logs.append(log)
+                    servers.ports.append(port)
             deadline = time.monotonic() + ready_timeout
             for port in servers.ports:
                 _wait_ready(servers, port, deadline)

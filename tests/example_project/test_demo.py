@@ -1,9 +1,11 @@
-"""``stampede demo`` end to end: the example Django site and Flask app served
-by waitress in two processes each, stampeded on their stock Redis caches and
-then on stampede. Figures are asserted as counts, never as durations."""
+"""The demo (``python -m example_project.demo``) end to end: the example Django
+site and Flask app served by waitress in two processes each, stampeded on their
+stock Redis caches and then on stampede. Figures are asserted as counts, never
+as durations."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -21,14 +23,18 @@ import redis
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+DEMO = (sys.executable, "-m", "example_project.demo")
 TTL = 2
 DURATION = 5.0
 CLIENTS = 8
+#: The signals that stop the demo; a background job of a script starts with SIGINT
+#: ignored (nohup: SIGHUP), which the demo must not inherit as is.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _demo(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "stampede", "demo", *args],
+        [*DEMO, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -51,10 +57,29 @@ def _pids_of(document: dict[str, Any]) -> list[int]:
     return [*processes["servers"], *([processes["redis"]] if processes["redis"] else [])]
 
 
-def _started(*args: str, env: dict[str, str] | None = None) -> tuple[subprocess.Popen[str], list[int]]:
-    """Start a long demo and read its log until its first servers are up; it and their pids."""
+def _ignored_signals(pid: int) -> set[int] | None:
+    """The signals ``pid`` ignores, from /proc (None where there is no /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    (mask,) = [int(line.split()[1], 16) for line in status.splitlines() if line.startswith("SigIgn:")]
+    return {sig for sig in range(1, 65) if mask & (1 << (sig - 1))}
+
+
+def _started(
+    *args: str, env: dict[str, str] | None = None, ignoring: bool = False
+) -> tuple[subprocess.Popen[str], list[int]]:
+    """Start a long demo and read its log until its first servers are up; it and their pids.
+
+    ``ignoring``: start it with SIGINT and SIGHUP ignored, as a background job of a
+    script does SIGINT and ``nohup`` SIGHUP (``trap ""`` ignores them; ``exec`` keeps that).
+    """
+    command = [*DEMO, "--duration", "120", *args]
+    if ignoring:
+        command = ["/bin/sh", "-c", 'trap "" INT HUP; exec "$@"', "sh", *command]
     process = subprocess.Popen(
-        [sys.executable, "-m", "stampede", "demo", "--duration", "120", *args],
+        command,
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -127,10 +152,34 @@ def test_no_request_fails(figures: dict[tuple[str, str, str], dict[str, Any]]) -
         assert summary["requests"] > 0, summary
 
 
+@pytest.mark.parametrize("app", ["django", "flask"])
+def test_redis_is_sampled_on_both_caches(
+    document: dict[str, Any], figures: dict[tuple[str, str, str], dict[str, Any]], app: str
+) -> None:
+    runs = {run["cache"]: run for run in document["redis"] if run["app"] == app}
+    assert set(runs) == {"stock", "stampede"}
+    for cache, run in runs.items():
+        samples = run["samples"]
+        assert len(samples) >= 2, run
+        for sample in samples:
+            assert sample["commands"] >= 0, sample
+            assert sample["commands_per_second"] >= 0, sample
+            assert sample["clients"] >= 0, sample
+            assert sample["interval"] > 0, sample
+        # The samples cover the whole run: the last one is taken after the load stopped.
+        assert samples[-1]["at"] >= DURATION, samples[-1]
+        # Counts: every page is read from Redis, over connections the app servers keep.
+        assert run["commands"] == sum(sample["commands"] for sample in samples) > 0, run
+        assert run["requests"] == figures[(app, cache, "all")]["requests"], run
+        assert run["commands_per_request"] == pytest.approx(run["commands"] / run["requests"], abs=1e-3)
+        assert run["max_clients"] == max(sample["clients"] for sample in samples) > 0, run
+        assert run["baseline_clients"] >= 1, run  # the sampler's own connection at least
+
+
 def test_tables_and_plot_are_written(demo: tuple[subprocess.CompletedProcess[str], Path]) -> None:
     result, out = demo
     assert result.returncode == 0, result.stderr
-    for heading in ("django", "flask", "expensive runs", "p99 ms"):
+    for heading in ("django", "flask", "expensive runs", "p99 ms", "django in Redis", "flask in Redis"):
         assert heading in result.stdout
     assert f"plot: {out / 'demo.png'}" in result.stdout
     assert (out / "demo.png").read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
@@ -156,15 +205,35 @@ def test_without_a_redis_url_it_starts_and_stops_its_own(tmp_path: Path) -> None
     assert not [pid for pid in _pids_of(document) if _alive(pid)]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
-def test_a_signal_stops_everything_it_started(sig: signal.Signals) -> None:
+def _kill_leftovers(process: subprocess.Popen[str], pids: list[int]) -> None:
+    """After a failure: leave nothing behind to fail the next test."""
+    if process.poll() is None:
+        process.kill()
+        process.communicate(timeout=60)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)  # each runs in its own session
+
+
+@pytest.mark.parametrize("inherited", ["as-run", "ignored"])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_stops_everything_it_started(sig: signal.Signals, inherited: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
-    process, pids = _started("--app", "flask", "--clients", "2", env=env)
-    process.send_signal(sig)
-    _, errors = process.communicate(timeout=60)
-    assert process.returncode == 130, errors
-    assert len(pids) == 3  # the redis-server and two app servers
-    assert not [pid for pid in pids if _alive(pid)]
+    process, pids = _started("--app", "flask", "--clients", "2", env=env, ignoring=inherited == "ignored")
+    try:
+        assert len(pids) == 3  # the redis-server and two app servers
+        # Whatever it inherited, the demo handles the stop signals, and its app
+        # servers die of them (redis-server handles SIGINT and SIGTERM itself).
+        for pid in [process.pid, *pids[1:]]:
+            ignored = _ignored_signals(pid)
+            assert ignored is None or not ignored & set(STOP_SIGNALS), (pid, ignored)
+        process.send_signal(sig)
+        _, errors = process.communicate(timeout=60)
+        assert process.returncode == 130, errors
+        assert "interrupted; everything the demo started is stopped" in errors
+        assert not [pid for pid in pids if _alive(pid)]
+    finally:
+        _kill_leftovers(process, pids)
 
 
 def test_a_server_that_dies_fails_the_run_by_name(redis_url: str) -> None:
