@@ -161,7 +161,7 @@ class Codec:
     """How one instance writes and reads envelopes: its serializer and, when
     values are signed, its :class:`~stampede._signing.Signer`."""
 
-    __slots__ = ("decode", "magic", "serializer", "signer")
+    __slots__ = ("_verified", "_verified_bytes", "decode", "magic", "serializer", "signer")
 
     def __init__(self, serializer: Serializer, signer: Signer | None = None) -> None:
         self.serializer = serializer
@@ -170,6 +170,11 @@ class Codec:
         #: ``decode(name, raw)``: the :class:`Entry` stored as ``raw`` under the
         #: Redis key ``name``, or :class:`CorruptEntryError`.
         self.decode = self._decode_unsigned if signer is None else self._decode_signed
+        # The bytes last verified under each Redis key: a hot key's next read
+        # returns the very same bytes, which need no second HMAC (the same
+        # bytes verify the same way). Bounded by _VERIFIED_*.
+        self._verified: dict[bytes, bytes] = {}
+        self._verified_bytes = 0
 
     def encode(
         self, name: bytes, value: Any, *, fresh_until: float, created_at: float, duration: float
@@ -214,6 +219,20 @@ class Codec:
         tag = self.signer.sign(_name_part(name), signed)
         return HEADER.pack(SIGNED_MAGIC, codec_id, fresh_until, created_at, duration) + tag + signed
 
+    def _verify(self, name: bytes, raw: bytes, view: bytes | memoryview) -> None:
+        assert self.signer is not None
+        if not self.signer.verify(view[_TAG_AT:_SIGNED_AT], _name_part(name), view[_SIGNED_AT:]):
+            raise CorruptEntryError(
+                "the signature does not match: the value was forged or altered, copied from "
+                "another key, or signed with a key this instance does not have"
+            )
+        if len(raw) <= _VERIFIED_LARGEST:
+            if len(self._verified) >= _VERIFIED_KEYS or self._verified_bytes > _VERIFIED_BYTES:
+                self._verified.clear()  # simpler than an LRU, and as good for a hot set that fits
+                self._verified_bytes = 0
+            self._verified[name] = raw
+            self._verified_bytes += len(raw)
+
     def _decode_unsigned(self, name: bytes, raw: bytes) -> Entry:
         return decode(self.serializer, raw)
 
@@ -225,12 +244,8 @@ class Codec:
             raise CorruptEntryError("not a signed stampede envelope")
         large = len(raw) >= _COPY_BELOW
         view = memoryview(raw) if large else raw
-        assert self.signer is not None
-        if not self.signer.verify(view[_TAG_AT:_SIGNED_AT], _name_part(name), view[_SIGNED_AT:]):
-            raise CorruptEntryError(
-                "the signature does not match: the value was forged or altered, copied from "
-                "another key, or signed with a key this instance does not have"
-            )
+        if self._verified.get(name) != raw:  # a comparison with public bytes: no secret to time
+            self._verify(name, raw, view)
         (header_until, created_at) = _unpack_times(raw, FRESH_UNTIL_OFFSET)
         signed_until, codec_id, duration = _unpack_signed(raw, _SIGNED_AT)
         # Redis may have lowered the header's copy (invalidate); never raised it.
@@ -253,6 +268,11 @@ class Codec:
 
 
 _unpack_times = struct.Struct("<dd").unpack_from
+#: What Codec keeps of the bytes it verified: values up to 16 KiB, of up to
+#: 4096 keys, 8 MiB in all (a bound on memory, not on correctness).
+_VERIFIED_LARGEST = 16 * 1024
+_VERIFIED_KEYS = 4096
+_VERIFIED_BYTES = 8 * 1024 * 1024
 
 
 def _name_part(name: bytes) -> bytes:
