@@ -30,7 +30,7 @@ from ._envelope import (
 from ._events import Event, EventHook, EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError, WaitTimeoutError
 from ._flights import Flights
-from ._flow import Acquire, Acquired, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release, seal
+from ._flow import Acquire, Acquired, BusyLeases, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release, seal
 from ._keys import Keys, KeySpace
 from ._nodes import node_client
 from ._options import Options
@@ -277,6 +277,8 @@ class StampedeBase:
         self._now = self._clock.time  # bound once: it is on every hit
         # Replaced after every write: reads sent before it are not shared after it.
         self._epoch = object()
+        # Keys another process was found refreshing: not asked again for a moment.
+        self._busy = BusyLeases()
         self._flights: Flights[Any]  # each driver's, with its own kind of event
 
     def _standbys(self, name: bytes) -> list[tuple[Any, bool]]:
@@ -465,6 +467,7 @@ class StampedeBase:
             self._clock,
             emit,
             fails_over=self._fails_over,
+            busy=self._busy,
             **kwargs,
         )
 
@@ -574,6 +577,7 @@ class StampedeBase:
         if script in _WRITES:
             for keys in written:
                 value = keys.value
+                self._busy.forget(value)
                 self._flights.overtake(value, (value, "read"), (value, "after-wait"))
 
     @staticmethod

@@ -28,6 +28,7 @@ __all__ = [
     "RELEASE_GRACE",
     "Acquire",
     "Acquired",
+    "BusyLeases",
     "Clock",
     "Commit",
     "Flow",
@@ -246,6 +247,43 @@ def seal(codec: Codec, keys: Keys, value: Any, options: Options, *, now: float, 
     return data
 
 
+#: The longest a process trusts that another holds a key's lease without
+#: asking Redis again: a holder that gave up without a value is noticed
+#: within this, where the lease's own expiry could be seconds away.
+BUSY_MEMO_SECONDS = 0.25
+
+
+class BusyLeases:
+    """Per process: the keys whose lease another caller was found to hold, and
+    until when (monotonic). While a stale key is being refreshed elsewhere,
+    the process's next readers serve the stale value without asking for the
+    lease again: one ``GET`` per request, not a ``GET`` and a lease request."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self) -> None:
+        self._until: dict[bytes, tuple[float, float]] = {}
+
+    def held(self, name: bytes, now: float, stale: Entry) -> bool:
+        """Whether the lease on ``name`` was found held, and may still be, at
+        ``now``, by a caller refreshing this same ``stale`` value (not an older one)."""
+        found = self._until.get(name)
+        return found is not None and now < found[0] and found[1] == stale.created_at
+
+    def note(self, name: bytes, now: float, lease_pttl_ms: int, stale: Entry) -> None:
+        """The lease on ``name`` was found held, ``lease_pttl_ms`` from its
+        expiry, while ``stale`` was the value to refresh."""
+        if lease_pttl_ms > 0:
+            until = self._until
+            if len(until) >= 4096:
+                until.clear()  # a bound on memory; forgetting only costs a lease request
+            until[name] = (now + min(lease_pttl_ms / 1000, BUSY_MEMO_SECONDS), stale.created_at)
+
+    def forget(self, name: bytes) -> None:
+        """A write of this process, or a lease it won: ask Redis again next time."""
+        self._until.pop(name, None)
+
+
 def renew_interval(lease_ttl: float) -> float:
     """How often the watchdog renews a lease: three chances before it lapses."""
     return lease_ttl / 3
@@ -286,6 +324,8 @@ class Flow:
             already waited before this flow began.
         missed: this call was already reported as a miss (it waited for
             another caller of its process first).
+        busy: the process's :class:`BusyLeases`, consulted before a stale
+            value's lease is asked for.
         fails_over: the primary can be replaced (a Redis Cluster, a
             Sentinel-managed master): when it fails, a replica's value is
             served, and a caller with nothing to serve tries the primary
@@ -307,6 +347,7 @@ class Flow:
         deadline: float | None = None,
         fails_over: bool = False,
         missed: bool = False,
+        busy: BusyLeases | None = None,
     ) -> None:
         self.keys = keys
         self.options = options
@@ -320,6 +361,7 @@ class Flow:
         self.deadline = deadline
         self.fails_over = fails_over
         self.missed = missed
+        self.busy = busy
         self.committed = False  # set by settle(): whether a rebuilt value was stored
         self.won_at: str | None = None  # the server's clock when this flow won its lease
         # Its rebuild lost to a newer write (the commit was refused): its value
@@ -439,13 +481,19 @@ class Flow:
     def _refresh(self, entry: Entry) -> Generator[Op, Any, _Outcome]:
         # A stale (or early-refresh) value is in hand: whoever loses the
         # lease race serves it at once.
+        busy = self.busy
+        name = self.keys.value
+        if busy is not None and busy.held(name, self.clock.monotonic(), entry):
+            # Another caller refreshes it, as this process found out moments ago.
+            return self._served_stale(entry)
         token = new_token()
         acquired = yield from self._acquire(token)
         if not acquired.won:
-            if not self.background:
-                fresh = entry.is_fresh(self.clock.time())
-                self.emit(EventKind.HIT if fresh else EventKind.STALE_HIT)
-            return entry.value, None
+            if busy is not None:
+                busy.note(name, self.clock.monotonic(), acquired.lease_pttl, entry)
+            return self._served_stale(entry)
+        if busy is not None:
+            busy.forget(name)
         self.emit(EventKind.LEASE_WON)
         current = self.decode(acquired.current)
         if (
@@ -457,6 +505,12 @@ class Flow:
             yield Release(token)
             return current.value, None
         return (yield from self._rebuild_and_commit(token, entry))
+
+    def _served_stale(self, entry: Entry) -> _Outcome:
+        if not self.background:
+            fresh = entry.is_fresh(self.clock.time())
+            self.emit(EventKind.HIT if fresh else EventKind.STALE_HIT)
+        return entry.value, None
 
     def _fill(self) -> Generator[Op, Any, _Outcome]:
         # Nothing to serve: one caller rebuilds, the others wait for it.

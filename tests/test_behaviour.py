@@ -39,6 +39,33 @@ def test_fresh_hit_is_a_single_get(make_driver: Any, server: Any) -> None:
     assert sent == {"cmdstat_get": 5}
 
 
+def test_while_another_process_refreshes_a_stale_key_a_read_is_a_single_get(
+    make_driver: Any, server: Any
+) -> None:
+    # The other process holds the lease; this one learns it once, then serves
+    # the stale value on one GET per call rather than a GET and a lease request.
+    sf, other = make_driver(server.url), make_driver(server.url)
+    sf.set("k", "stale", ttl=60, stale_ttl=60)
+    sf.invalidate("k")
+    refreshing = other.read("k", ttl=60, lease_ttl=30)
+    assert refreshing.lease is not None
+    with redis.Redis.from_url(server.url) as admin:
+        admin.config_resetstat()
+        for _ in range(10):
+            assert sf.get_or_rebuild("k", Rebuilds(), ttl=60, background=False) == "stale"
+        stats = admin.info("commandstats")
+    sent = {
+        name: stat["calls"] for name, stat in stats.items() if name not in ("cmdstat_info", "cmdstat_config")
+    }
+    # One lease request (EVALSHA, which GETs the lease inside) at most per
+    # BUSY_MEMO_SECONDS; the calls take far less.
+    scripts = sent.get("cmdstat_evalsha", 0)
+    assert scripts <= 2, sent
+    assert sent["cmdstat_get"] - scripts == 10, sent
+    other.commit(refreshing.lease, "fresh")
+    assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "fresh"
+
+
 def test_stored_with_hard_expiry_of_ttl_plus_stale_ttl(
     make_driver: Any, client: redis.Redis, keys: KeySpace
 ) -> None:

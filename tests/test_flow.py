@@ -15,8 +15,10 @@ import pytest
 from stampede import EventKind, PickleSerializer, RedisUnavailableError, SerializationError, WaitTimeoutError
 from stampede._envelope import Codec, Entry, decode, encode
 from stampede._flow import (
+    BUSY_MEMO_SECONDS,
     Acquire,
     Acquired,
+    BusyLeases,
     Commit,
     Flow,
     Lookup,
@@ -37,7 +39,14 @@ from tests.fakes import FakeClock
 SERIALIZER = PickleSerializer()
 
 
-def make_flow(clock: FakeClock, events: list[EventKind], *, fails_over: bool = False, **options: Any) -> Flow:
+def make_flow(
+    clock: FakeClock,
+    events: list[EventKind],
+    *,
+    fails_over: bool = False,
+    busy: BusyLeases | None = None,
+    **options: Any,
+) -> Flow:
     keys = KeySpace("ns")("k")
 
     def decode_or_none(raw: bytes | None) -> Entry | None:
@@ -51,6 +60,7 @@ def make_flow(clock: FakeClock, events: list[EventKind], *, fails_over: bool = F
         clock,
         lambda kind, **_: events.append(kind),
         fails_over=fails_over,
+        busy=busy,
     )
 
 
@@ -116,6 +126,30 @@ def test_stale_value_is_served_to_a_caller_that_loses_the_lease() -> None:
     assert value == "old"
     assert kinds(ops) == [Acquire]
     assert EventKind.STALE_HIT in events
+
+
+def test_a_lease_found_busy_is_not_asked_for_again_for_a_moment() -> None:
+    # While another process refreshes a stale key, this process's next
+    # callers serve the stale value on one GET, without a lease request each.
+    clock, events, busy = FakeClock(), [], BusyLeases()
+    old = entry("old", clock, fresh_for=-5)
+    value, ops = drive(make_flow(clock, events, busy=busy).run(Lookup(old)), redis_that(won=False))
+    assert (value, kinds(ops)) == ("old", [Acquire])
+    clock.advance(BUSY_MEMO_SECONDS / 2)
+    value, ops = drive(make_flow(clock, events, busy=busy).run(Lookup(old)), redis_that(won=False))
+    assert (value, ops) == ("old", [])
+    assert events.count(EventKind.STALE_HIT) == 2
+    # Another stale value (the refresh landed and went stale again): ask.
+    newer = entry("newer", clock, fresh_for=-1)
+    value, ops = drive(make_flow(clock, events, busy=busy).run(Lookup(newer)), redis_that(won=False))
+    assert (value, kinds(ops)) == ("newer", [Acquire])
+    # Not for longer than BUSY_MEMO_SECONDS: a holder that gave up is noticed.
+    clock.advance(BUSY_MEMO_SECONDS)
+    value, ops = drive(make_flow(clock, events, busy=busy).run(Lookup(newer)), redis_that())
+    assert (value, kinds(ops)) == ("new", [Acquire, Rebuild, Commit])
+    # Won and written by this process: nothing is remembered.
+    value, ops = drive(make_flow(clock, events, busy=busy).run(Lookup(newer)), redis_that())
+    assert kinds(ops) == [Acquire, Rebuild, Commit]
 
 
 def test_lease_winner_rebuilds_and_commits_under_its_token() -> None:
