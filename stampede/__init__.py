@@ -27,6 +27,7 @@ from ._exceptions import RedisUnavailableError as RedisUnavailableError
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import StampedeError as StampedeError
 from ._exceptions import WaitTimeoutError as WaitTimeoutError
+from ._near import NearCache as NearCache
 from ._options import Options as Options
 from ._serializers import Compressed as Compressed
 from ._serializers import JsonSerializer as JsonSerializer
@@ -52,6 +53,7 @@ __all__ = [
     "JsonSerializer",
     "KeyTypeError",
     "Lease",
+    "NearCache",
     "Options",
     "PickleSerializer",
     "Read",

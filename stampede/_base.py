@@ -32,6 +32,7 @@ from ._exceptions import ConfigurationError, RedisUnavailableError, WaitTimeoutE
 from ._flights import Flights
 from ._flow import Acquire, Acquired, BusyLeases, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release, seal
 from ._keys import Keys, KeySpace
+from ._near import NearCache, NearStore
 from ._nodes import node_client
 from ._options import Options
 from ._serializers import PickleSerializer, Serializer
@@ -220,6 +221,7 @@ class StampedeBase:
         options: Options | None = None,
         serializer: Serializer | None = None,
         signing_key: Any = None,
+        near_cache: Any = None,
         on_event: EventHook | None = None,
         clock: Clock | None = None,
         replicas: Sequence[Any] = (),
@@ -271,6 +273,14 @@ class StampedeBase:
         self._merged: dict[tuple[Any, ...], Options] = {}
         self.serializer = serializer
         self._codec = Codec(serializer, signer_from(signing_key))
+        self._near_settings = NearCache.from_setting(near_cache)
+        if self._near_settings is not None and (self._cluster or self._replicas):
+            # Tracking is per node, and replicas lag: neither is coherent yet.
+            raise ConfigurationError(
+                "near_cache is not supported with a Redis Cluster client or replicas= yet"
+            )
+        # Set by the driver once it tracks the namespace (its subscriber's).
+        self._near: NearStore | None = None
         self._decode_raw = self._codec.decode  # bound once: it is on every hit
         self._on_event = on_event
         self._clock: Clock = clock if clock is not None else SystemClock()
@@ -575,9 +585,12 @@ class StampedeBase:
         were under way (see ``Flight.overtaken``)."""
         self._epoch = object()
         if script in _WRITES:
+            near = self._near
             for keys in written:
                 value = keys.value
                 self._busy.forget(value)
+                if near is not None:
+                    near.invalidate([value])  # this process sees its own write at once
                 self._flights.overtake(value, (value, "read"), (value, "after-wait"))
 
     @staticmethod

@@ -91,6 +91,11 @@ class KeySpace:
         # not "app:tenant2", whose keys start "app:tenant2:{"), globs escaped.
         self.pattern = _glob_escape(self._prefix) + b"*"
 
+    @property
+    def prefix(self) -> bytes:
+        """What every name of this namespace's keys starts with: ``<namespace>:{``."""
+        return self._prefix
+
     def prefix_pattern(self, prefix: str) -> bytes:
         """SCAN pattern for the names of every key starting with ``prefix``."""
         return _glob_escape(self._prefix + _escape(prefix.encode("utf-8", "surrogatepass"))) + b"*"

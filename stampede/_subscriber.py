@@ -29,6 +29,7 @@ import redis.exceptions
 
 from ._channels import Channels, Shards, WatchBase
 from ._events import logger
+from ._near import NearStore
 from ._nodes import node_client
 from ._operations import ask_sharded
 
@@ -37,6 +38,8 @@ __all__ = ["Subscriber", "Watch", "subscriber_for"]
 #: Seconds without waiters after which the listener closes its connection.
 IDLE_SECONDS = 10.0
 _MAX_BACKOFF = 1.0
+#: Where Redis publishes invalidations redirected to a RESP2 connection.
+INVALIDATIONS = b"__redis__:invalidate"
 
 
 class Watch(WatchBase[threading.Event]):
@@ -64,6 +67,13 @@ class Subscriber:
         # socket pair, so a new waiter's SUBSCRIBE goes out at once.
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
+        # Near caches kept coherent through this connection (CLIENT TRACKING).
+        self._stores: list[NearStore] = []
+        self._retrack = False  # a store was added: the link starts over with its prefix
+        # Held by whoever reads the connection: the listener, or a near hit
+        # that drains pending invalidations itself (see quiet()).
+        self._io = threading.Lock()
+        self._live_link: _Classic | None = None
 
     # --- what waiters call ---------------------------------------------------
 
@@ -82,6 +92,92 @@ class Subscriber:
         else:
             self._poke()
         return watch
+
+    def track(self, store: NearStore) -> None:
+        """Keep ``store`` coherent: invalidations of its prefix drop its copies.
+        It is live (served from) once tracking is on and confirmed."""
+        with self._lock:
+            self._stores.append(store)
+            self._retrack = True
+            start = self._thread is None and not self._closed
+            if start:
+                self._wake_r, self._wake_w = socket.socketpair()
+                self._thread = threading.Thread(target=self._run, name="stampede-subscriber", daemon=True)
+        if start:
+            assert self._thread is not None
+            self._thread.start()
+        else:
+            self._poke()
+
+    def untrack(self, store: NearStore) -> None:
+        with self._lock:
+            if store in self._stores:
+                self._stores.remove(store)
+        store.flush(live=False)
+
+    def quiet(self) -> bool:
+        """Whether no invalidation waits unread on the connection, so a near copy
+        may be served: what every near hit asks first. Pending data is drained
+        here, by the caller, rather than left for the listener thread, which
+        the GIL may not schedule for milliseconds. ``False``: go to Redis."""
+        link = self._live_link
+        if link is None:
+            return False
+        if not link.pending(self._io):
+            return True
+        if not self._io.acquire(timeout=0.05):
+            return False
+        try:
+            if self._live_link is not link:
+                return False
+            self._drain(link)
+            return not link.pending(None)
+        except Exception:
+            return False  # the listener finds out and starts over
+        finally:
+            self._io.release()
+
+    def _invalidated(self, names: list[bytes] | None) -> None:
+        for store in list(self._stores):
+            if names is None:
+                store.invalidate(None)
+            else:
+                mine = [name for name in names if name.startswith(store.prefix)]
+                if mine:
+                    store.invalidate(mine)
+
+    def _drain(self, link: _Classic | _Sharded) -> None:
+        """Dispatch everything readable now, parsed or still in the socket
+        (the caller holds the io lock)."""
+        tracking = isinstance(link, _Classic) and link.tracking
+        for pubsub in link.pubsubs():
+            while True:
+                message = link.read(pubsub)
+                if message is None:
+                    # A pushed invalidation reads as None too (RESP3): go on
+                    # while anything is left, parsed or in the socket.
+                    if tracking and link.pending(None):  # type: ignore[union-attr]
+                        continue
+                    break
+                if message.get("channel") == INVALIDATIONS:
+                    if message.get("type") == "message":
+                        self._invalidated(message["data"])
+                    elif message.get("type") == "subscribe":
+                        self._set_live(link)
+                    continue
+                with self._lock:
+                    self._channels.dispatch(message)
+
+    def _set_live(self, link: _Classic | _Sharded) -> None:
+        if isinstance(link, _Classic):
+            self._live_link = link
+            for store in list(self._stores):
+                store.flush(live=True)
+
+    def _set_dead(self) -> None:
+        self._live_link = None
+        for store in list(self._stores):
+            store.flush(live=False)
 
     def unwatch(self, watch: Watch) -> None:
         with self._lock:
@@ -113,15 +209,17 @@ class Subscriber:
                 if client is None:
                     return
                 try:
-                    self._serve(client)
+                    if self._serve(client):
+                        continue  # a near cache was added: start over with its prefix
                     return  # idle or closed
                 except Exception as exc:  # any failure: the connection is gone
                     logger.info("wake-up connection lost, reconnecting: %s", exc)
                 finally:
+                    self._set_dead()
                     del client
                 with self._lock:
                     self._channels.lost()
-                    if self._closed or not len(self._channels):
+                    if self._closed or not (len(self._channels) or self._stores):
                         return
                 time.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
@@ -129,7 +227,7 @@ class Subscriber:
             with self._lock:
                 self._thread = None
                 reader, writer, self._wake_r, self._wake_w = self._wake_r, self._wake_w, None, None
-                if len(self._channels) and not self._closed:
+                if (len(self._channels) or self._stores) and not self._closed:
                     # A waiter came in as we stopped: start again for it.
                     self._wake_r, self._wake_w = socket.socketpair()
                     self._thread = threading.Thread(target=self._run, name="stampede-subscriber", daemon=True)
@@ -138,21 +236,34 @@ class Subscriber:
                 if sock is not None:
                     sock.close()
 
-    def _serve(self, client: Any) -> None:
+    def _serve(self, client: Any) -> bool:
+        """Serve one connection until idle or closed (``False``), or until a
+        near cache is added (``True``: start over, tracking its prefix too)."""
         link = self._link(client)
         try:
             with self._lock:
                 channels = self._channels.resubscribed()
-            link.subscribe(channels if link.anchored else channels[1:])
+                prefixes = [store.prefix for store in self._stores]
+                self._retrack = False
+            with self._io:
+                if prefixes and isinstance(link, _Classic):
+                    if link.track(prefixes, self._invalidated):
+                        channels.append(INVALIDATIONS)  # RESP2: live once subscribed
+                    else:
+                        self._set_live(link)  # RESP3: pushed on this connection from now on
+                link.subscribe(channels if link.anchored else channels[1:])
             idle_since: float | None = None
             while True:
                 with self._lock:
                     if self._closed:
-                        return
+                        return False
+                    if self._retrack:
+                        return True
                     subscribe, unsubscribe = self._channels.take_pending()
-                    watched = len(self._channels)
-                link.unsubscribe(unsubscribe)
-                link.subscribe(subscribe)
+                    watched = len(self._channels) or len(self._stores)
+                with self._io:
+                    link.unsubscribe(unsubscribe)
+                    link.subscribe(subscribe)
                 now = time.monotonic()
                 if watched:
                     idle_since = None
@@ -160,16 +271,17 @@ class Subscriber:
                     idle_since = now
                 elif now - idle_since >= IDLE_SECONDS:
                     with self._lock:
-                        if not len(self._channels) and not self._channels.pending:
-                            return
-                pubsubs = link.pubsubs()
-                self._sleep(*pubsubs)
-                # Everything readable now, parsed or still in the socket.
-                for pubsub in pubsubs:
-                    while (message := link.read(pubsub)) is not None:
-                        with self._lock:
-                            self._channels.dispatch(message)
+                        if not len(self._channels) and not self._channels.pending and not self._stores:
+                            return False
+                self._sleep(*link.pubsubs())
+                with self._io:
+                    self._drain(link)
+                if isinstance(link, _Classic) and link.tracking and not link.same_socket():
+                    # redis-py reconnected on its own, without tracking: what was
+                    # written meanwhile was never told. Start over.
+                    raise redis.exceptions.ConnectionError("the tracking connection was replaced")
         finally:
+            self._set_dead()
             link.close()
 
     @staticmethod
@@ -202,6 +314,66 @@ class _Classic:
 
     def __init__(self, client: Any) -> None:
         self._pubsub = client.pubsub()
+        self._sock: socket.socket | None = None  # the tracking connection's, once tracking
+        # A poll object per thread: one may not be polled by two at once.
+        self._polls = threading.local()
+
+    def track(self, prefixes: list[bytes], invalidated: Any) -> bool:
+        """``CLIENT TRACKING`` in broadcast mode on ``prefixes``, sent before
+        anything is subscribed (RESP2 refuses it after). Returns whether the
+        invalidations come on :data:`INVALIDATIONS` (RESP2, redirected to this
+        very connection), rather than pushed to ``invalidated`` (RESP3)."""
+        pubsub = self._pubsub
+        pubsub.execute_command("CLIENT", "ID")  # connects
+        own_id = pubsub.parse_response(block=True)
+        connection = pubsub.connection
+        parser = connection._parser
+        watched = [part for prefix in prefixes for part in (b"PREFIX", prefix)]
+        resp3 = str(getattr(connection, "protocol", 2)) == "3"
+        if resp3 and hasattr(parser, "set_invalidation_push_handler"):
+            parser.set_invalidation_push_handler(lambda push: invalidated(push[1]))
+            pubsub.execute_command("CLIENT", "TRACKING", "ON", "BCAST", *watched)
+            redirected = False
+        else:
+            pubsub.execute_command("CLIENT", "TRACKING", "ON", "REDIRECT", own_id, "BCAST", *watched)
+            redirected = True
+        reply = pubsub.parse_response(block=True)
+        if reply not in (b"OK", "OK"):
+            raise redis.exceptions.ResponseError(f"CLIENT TRACKING refused: {reply!r}")
+        self._sock = connection._sock
+        return redirected
+
+    @property
+    def tracking(self) -> bool:
+        return self._sock is not None
+
+    def same_socket(self) -> bool:
+        """Whether the connection is still the one tracking was turned on for."""
+        connection = self._pubsub.connection
+        return connection is not None and connection._sock is self._sock
+
+    def pending(self, io: threading.Lock | None) -> bool:
+        """Whether anything may wait unread on the connection: bytes in the
+        socket, a reader at work (``io`` held), or bytes redis-py has read
+        but not parsed."""
+        connection = self._pubsub.connection
+        sock = self._sock
+        if sock is None or connection is None or connection._sock is not sock:
+            return True  # not tracking, or reconnected behind our back (without tracking)
+        poll = getattr(self._polls, "poll", None)
+        if poll is None:
+            poll = self._polls.poll = select.poll()
+            poll.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
+        if poll.poll(0):
+            return True
+        if io is not None and io.locked():
+            return True
+        parser = connection._parser
+        buffer = getattr(parser, "_buffer", None)
+        if buffer is not None and hasattr(buffer, "unread_bytes") and buffer.unread_bytes():
+            return True
+        reader = getattr(parser, "_reader", None)
+        return reader is not None and hasattr(reader, "has_data") and bool(reader.has_data())
 
     def subscribe(self, channels: list[bytes]) -> None:
         if channels:

@@ -37,6 +37,7 @@ from ._flow import (
     wake_interval,
 )
 from ._keys import Keys
+from ._near import NearStore
 from ._operations import Operations
 from ._options import Options
 from ._subscriber import subscriber_for
@@ -140,6 +141,9 @@ class Stampede(Operations):
         self._executor_lock = threading.Lock()
         self._flights: Flights[threading.Event] = Flights(threading.Event)
         self._subscriber = subscriber_for(client)
+        if self._near_settings is not None:
+            self._near = NearStore(self._near_settings, self._keys.prefix)
+            self._subscriber.track(self._near)
         self._reads: dict[bytes, _SharedRead] = {}
         self._reads_lock = threading.Lock()
 
@@ -208,6 +212,13 @@ class Stampede(Operations):
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         keys = self._keys(key)
+        near = self._near
+        if near is not None and near.live:
+            raw = near.get(keys.value) if self._subscriber.quiet() else None
+            if raw is not None:
+                found = self._lookup(keys, raw, options)
+                if isinstance(found, Entry):
+                    return found.value  # type: ignore[no-any-return]
         # _first_read, inlined: this is every hit's path.
         try:
             raw = self._shared_get(keys.value)
@@ -250,8 +261,12 @@ class Stampede(Operations):
                 return pending.raw
         pending = _SharedRead(self._epoch)
         reads[name] = pending
+        near = self._near
+        token = near.begin_fill(name) if near is not None else None  # before the GET is sent
         try:
             pending.raw = (random.choice(self._replicas) if self._replicas else self._client).get(name)
+            if near is not None:
+                near.end_fill(name, token, pending.raw)
         except redis.exceptions.RedisError as exc:
             pending.error = exc
             raise
@@ -660,6 +675,8 @@ class Stampede(Operations):
         for standby in self._standby.values():
             standby.close()
         self._standby.clear()
+        if self._near is not None:
+            self._subscriber.untrack(self._near)
         if self._owns_client:
             self._subscriber.close()
             self._client.close()

@@ -91,6 +91,8 @@ class Stampede(AsyncOperations):
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
+        if self._near_settings is not None:
+            raise ConfigurationError("near_cache is not supported by stampede.asyncio yet")
         self._flights: Flights[asyncio.Event] = Flights(asyncio.Event)
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriber = async_subscriber_for(client)

@@ -1,0 +1,138 @@
+"""The near cache: this process's copies of recently read values.
+
+A copy is served only while the process's invalidation connection (the
+per-process subscriber, with ``CLIENT TRACKING`` on the namespace's prefix)
+is live: Redis tells it of every write, delete, expiry and eviction of the
+namespace's keys, and each copy is dropped when told. The store keeps the
+stored bytes, not the decoded value, so each caller gets a value of its own.
+
+Filling races with invalidation: a ``GET`` may return a value that a write
+replaces before the copy is stored. So a fill registers a token before its
+``GET`` is sent; an invalidation of the key (or any flush) removes the
+token, and a copy is stored only if its token is still there.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from ._exceptions import ConfigurationError
+
+__all__ = ["NearCache", "NearStore"]
+
+
+@dataclass(frozen=True)
+class NearCache:
+    """Near cache settings: at most ``max_entries`` copies and ``max_bytes``
+    of stored bytes (least recently used dropped first); values larger than
+    ``max_value_bytes`` are not kept."""
+
+    max_entries: int = 10_000
+    max_bytes: int = 64 * 1024 * 1024
+    max_value_bytes: int = 1024 * 1024
+
+    def __post_init__(self) -> None:
+        for name in ("max_entries", "max_bytes", "max_value_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"near_cache {name} must be an int >= 1, got {value!r}")
+
+    @classmethod
+    def from_setting(cls, setting: Any) -> NearCache | None:
+        """``None``/``False``/``0``: off; an int: that many entries; a :class:`NearCache`."""
+        if setting is None or setting is False or setting == 0:
+            return None
+        if isinstance(setting, NearCache):
+            return setting
+        if isinstance(setting, bool) or not isinstance(setting, int):
+            raise ConfigurationError(
+                f"near_cache must be a number of entries, a stampede.NearCache or None, got {setting!r}"
+            )
+        return cls(max_entries=setting)
+
+
+class NearStore:
+    """The copies of one namespace's values in this process."""
+
+    def __init__(self, settings: NearCache, prefix: bytes) -> None:
+        self.settings = settings
+        self.prefix = prefix
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[bytes, bytes] = OrderedDict()
+        self._bytes = 0
+        self._filling: dict[bytes, object] = {}
+        #: Whether the invalidation connection is subscribed with tracking on
+        #: this prefix: copies are kept and served only then.
+        self.live = False
+        self.counts = {"hits": 0, "evictions": 0, "invalidations": 0, "flushes": 0}
+
+    def get(self, name: bytes) -> bytes | None:
+        if not self.live:
+            return None
+        with self._lock:
+            raw = self._entries.get(name)
+            if raw is not None:
+                self._entries.move_to_end(name)
+                self.counts["hits"] += 1
+            return raw
+
+    def begin_fill(self, name: bytes) -> object | None:
+        """Before a ``GET`` of ``name`` is sent: a token for :meth:`end_fill`."""
+        if not self.live:
+            return None
+        token = object()
+        self._filling[name] = token
+        return token
+
+    def end_fill(self, name: bytes, token: object | None, raw: bytes | None) -> None:
+        """After the ``GET``: keep ``raw`` unless ``name`` was invalidated meanwhile."""
+        if token is None:
+            return
+        with self._lock:
+            if self._filling.get(name) is not token:
+                return  # invalidated (or flushed) since the GET was sent
+            del self._filling[name]
+            if raw is None or not self.live or len(raw) > self.settings.max_value_bytes:
+                return
+            old = self._entries.pop(name, None)
+            if old is not None:
+                self._bytes -= len(old)
+            self._entries[name] = raw
+            self._bytes += len(raw)
+            settings = self.settings
+            while len(self._entries) > settings.max_entries or self._bytes > settings.max_bytes:
+                _, dropped = self._entries.popitem(last=False)
+                self._bytes -= len(dropped)
+                self.counts["evictions"] += 1
+
+    def invalidate(self, names: list[bytes] | None) -> None:
+        """Redis says ``names`` changed (``None``: everything, a flush)."""
+        with self._lock:
+            if names is None:
+                self._clear()
+                return
+            for name in names:
+                self._filling.pop(name, None)
+                raw = self._entries.pop(name, None)
+                if raw is not None:
+                    self._bytes -= len(raw)
+                    self.counts["invalidations"] += 1
+
+    def flush(self, *, live: bool) -> None:
+        """Drop every copy and fill (the connection was lost, or restored: ``live``)."""
+        with self._lock:
+            self._clear()
+            self.live = live
+
+    def _clear(self) -> None:
+        if self._entries:
+            self.counts["flushes"] += 1
+        self._entries.clear()
+        self._filling.clear()
+        self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)

@@ -1,0 +1,167 @@
+"""The near cache (sync): hits without a round trip, and never a value older
+than a write that returned before the read began."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+import stampede
+import stampede.asyncio
+from stampede import ConfigurationError
+from tests.helpers import Rebuilds, run_threads, wait_until
+
+
+@pytest.fixture(params=[3, 2], ids=["resp3", "resp2"])
+def protocol(request: pytest.FixtureRequest) -> int:
+    return int(request.param)
+
+
+@pytest.fixture
+def pair(
+    redis_url: str, protocol: int, namespace: str
+) -> Iterator[tuple[stampede.Stampede, stampede.Stampede]]:
+    """A reader with a near cache and a writer (another client: another process, to Redis)."""
+    reader_client = redis.Redis.from_url(redis_url, protocol=protocol, socket_timeout=5)
+    writer_client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    reader = stampede.Stampede(reader_client, namespace=namespace, near_cache=100)
+    writer = stampede.Stampede(writer_client, namespace=namespace)
+    wait_until(lambda: reader._near is not None and reader._near.live)
+    yield reader, writer
+    reader.close()
+    writer.close()
+    reader_client.close()
+    writer_client.close()
+
+
+def commands(admin: redis.Redis) -> int:
+    return int(admin.info("stats")["total_commands_processed"])
+
+
+def test_a_near_hit_sends_nothing_to_redis(pair: Any, client: redis.Redis) -> None:
+    reader, writer = pair
+    writer.set("k", {"a": 1}, ttl=60)
+    assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == {"a": 1}
+    before = commands(client)
+    values = [reader.get_or_rebuild("k", Rebuilds(), ttl=60) for _ in range(200)]
+    assert values == [{"a": 1}] * 200
+    assert commands(client) - before == 1  # the INFO above
+    assert reader._near.counts["hits"] == 200
+
+
+def test_a_write_that_returned_is_seen_by_the_next_read(pair: Any) -> None:
+    reader, writer = pair
+    writer.set("k", "v-1", ttl=60)
+    reader.get_or_rebuild("k", Rebuilds(), ttl=60)
+    for i in range(300):
+        writer.set("k", f"v{i}", ttl=60)
+        assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == f"v{i}"
+    writer.delete("k")
+    assert reader.get_or_rebuild("k", lambda: "rebuilt", ttl=60) == "rebuilt"
+    writer.invalidate("k")
+    assert reader.get("k").fresh_until == 0.0
+
+
+def test_own_writes_are_seen_at_once(pair: Any) -> None:
+    reader, _ = pair
+    reader.set("k", "first", ttl=60)
+    assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "first"
+    reader.set("k", "second", ttl=60)
+    assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "second"
+    assert reader.incr("n") is None
+    reader.set("n", 1, ttl=60)
+    reader.get_or_rebuild("n", Rebuilds(), ttl=60)
+    assert reader.incr("n", 2) == 3
+    assert reader.get_or_rebuild("n", Rebuilds(), ttl=60) == 3
+
+
+def test_a_copy_is_dropped_when_redis_expires_the_key(pair: Any) -> None:
+    reader, writer = pair
+    writer.set("k", "short-lived", ttl=0.2, stale_ttl=0)
+    assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "short-lived"
+    assert len(reader._near) == 1
+    wait_until(lambda: len(reader._near) == 0)  # Redis's expiry, told by invalidation
+    assert reader.get_or_rebuild("k", lambda: "rebuilt", ttl=60) == "rebuilt"
+
+
+def test_a_copy_is_never_served_fresh_past_its_ttl(pair: Any) -> None:
+    reader, writer = pair
+    writer.set("k", "old", ttl=0.05, stale_ttl=60)  # stale soon; Redis keeps the key
+    reader.get_or_rebuild("k", Rebuilds(), ttl=60)
+    rebuilds = Rebuilds()
+    wait_until(lambda: reader.get_or_rebuild("k", rebuilds, ttl=60) == "v1")
+    assert rebuilds.count == 1
+
+
+def test_the_near_cache_is_dropped_while_its_connection_is_down(pair: Any, client: redis.Redis) -> None:
+    reader, writer = pair
+    writer.set("k", "v", ttl=60)
+    reader.get_or_rebuild("k", Rebuilds(), ttl=60)
+    assert len(reader._near) == 1
+    client.client_kill_filter(_type="pubsub")
+    wait_until(lambda: len(reader._near) == 0)
+    writer.set("k", "while it was down", ttl=60)
+    assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "while it was down"
+    wait_until(lambda: reader._near.live)
+    writer.set("k", "after", ttl=60)
+    assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "after"
+
+
+def test_entries_are_bounded_and_each_caller_gets_its_own_value(pair: Any, redis_url: str) -> None:
+    reader, writer = pair
+    small = stampede.Stampede(redis.Redis.from_url(redis_url), namespace=reader.namespace, near_cache=2)
+    try:
+        wait_until(lambda: small._near.live)
+        for key in "abc":
+            writer.set(key, {"items": [key]}, ttl=60)
+            small.get_or_rebuild(key, Rebuilds(), ttl=60)
+        assert len(small._near) == 2
+        first = small.get_or_rebuild("c", Rebuilds(), ttl=60)
+        first["items"].append("mutated by a caller")
+        assert small.get_or_rebuild("c", Rebuilds(), ttl=60) == {"items": ["c"]}
+    finally:
+        small.close()
+        small.client.close()
+
+
+def test_many_threads_read_and_write_without_an_old_value_after_a_write(pair: Any) -> None:
+    reader, writer = pair
+    writer.set("k", 0, ttl=60)
+    written = [0]
+
+    def read() -> None:
+        for _ in range(200):
+            floor = written[0]
+            value = reader.get_or_rebuild("k", Rebuilds(), ttl=60)
+            assert value >= floor, (value, floor)
+
+    def write() -> None:
+        for i in range(1, 200):
+            writer.set("k", i, ttl=60)
+            written[0] = i
+
+    writing = threading.Thread(target=write)
+    writing.start()
+    assert run_threads(8, read) == [None] * 8
+    writing.join(30)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda url: stampede.Stampede(redis.Redis.from_url(url), near_cache=-5),
+        lambda url: stampede.Stampede(redis.Redis.from_url(url), near_cache="lots"),
+        lambda url: stampede.Stampede(
+            redis.Redis.from_url(url), replicas=[redis.Redis.from_url(url)], near_cache=10
+        ),
+        lambda url: stampede.asyncio.Stampede(redis.asyncio.Redis.from_url(url), near_cache=10),
+    ],
+)
+def test_what_is_not_supported_yet_is_refused_naming_near_cache(make: Any, redis_url: str) -> None:
+    with pytest.raises(ConfigurationError, match="near_cache"):
+        make(redis_url)
