@@ -82,14 +82,8 @@ class Subscriber:
         watch = Watch(channel)
         with self._lock:
             self._channels.add(watch)
-            start = self._thread is None and not self._closed
-            if start:
-                self._wake_r, self._wake_w = socket.socketpair()
-                self._thread = threading.Thread(target=self._run, name="stampede-subscriber", daemon=True)
-        if start:
-            assert self._thread is not None
-            self._thread.start()
-        else:
+            started = self._start_locked()
+        if not started:
             self._poke()
         return watch
 
@@ -99,14 +93,8 @@ class Subscriber:
         with self._lock:
             self._stores.append(store)
             self._retrack = True
-            start = self._thread is None and not self._closed
-            if start:
-                self._wake_r, self._wake_w = socket.socketpair()
-                self._thread = threading.Thread(target=self._run, name="stampede-subscriber", daemon=True)
-        if start:
-            assert self._thread is not None
-            self._thread.start()
-        else:
+            started = self._start_locked()
+        if not started:
             self._poke()
 
     def untrack(self, store: NearStore) -> None:
@@ -193,6 +181,16 @@ class Subscriber:
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
 
+    def _start_locked(self) -> bool:
+        """Start the listener unless it runs or the subscriber is closed (the
+        caller holds the lock). Returns whether it started it."""
+        if self._thread is not None or self._closed:
+            return False
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._thread = threading.Thread(target=self._run, name="stampede-subscriber", daemon=True)
+        self._thread.start()
+        return True
+
     def _poke(self) -> None:
         writer = self._wake_w
         if writer is not None:
@@ -227,11 +225,8 @@ class Subscriber:
             with self._lock:
                 self._thread = None
                 reader, writer, self._wake_r, self._wake_w = self._wake_r, self._wake_w, None, None
-                if (len(self._channels) or self._stores) and not self._closed:
-                    # A waiter came in as we stopped: start again for it.
-                    self._wake_r, self._wake_w = socket.socketpair()
-                    self._thread = threading.Thread(target=self._run, name="stampede-subscriber", daemon=True)
-                    self._thread.start()
+                if len(self._channels) or self._stores:
+                    self._start_locked()  # a waiter came in as we stopped: start again for it
             for sock in (reader, writer):
                 if sock is not None:
                     sock.close()

@@ -265,12 +265,12 @@ class Stampede(Operations):
         token = near.begin_fill(name) if near is not None else None  # before the GET is sent
         try:
             pending.raw = (random.choice(self._replicas) if self._replicas else self._client).get(name)
-            if near is not None:
-                near.end_fill(name, token, pending.raw)
         except redis.exceptions.RedisError as exc:
             pending.error = exc
             raise
         finally:
+            if near is not None:  # keeps the value, or (after an error) just drops the token
+                near.end_fill(name, token, pending.raw)
             with self._reads_lock:
                 pending.done = True
                 latch = pending.latch

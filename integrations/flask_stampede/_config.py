@@ -122,6 +122,16 @@ class Settings:
             f"namespace={self.namespace!r}, options={self.options!r})"
         )
 
+    def core_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of the core's ``Stampede`` (sync and asyncio) for these settings."""
+        return {
+            "namespace": self.namespace,
+            "options": self.options,
+            "serializer": self.serializer,
+            "signing_key": self.signing_keys,
+            "on_event": self.on_event,
+        }
+
     @classmethod
     def from_config(cls, config: Any) -> Settings:
         unknown = sorted(

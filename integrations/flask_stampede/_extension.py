@@ -66,14 +66,7 @@ class _State:
 
         def build() -> stampede.asyncio.Stampede:
             client = stampede.asyncio.redis_client(settings.redis_url, **settings.redis_options)
-            return stampede.asyncio.Stampede(
-                client,
-                namespace=settings.namespace,
-                options=settings.options,
-                serializer=settings.serializer,
-                signing_key=settings.signing_keys,
-                on_event=settings.on_event,
-            )
+            return stampede.asyncio.Stampede(client, **settings.core_kwargs())
 
         return stampede.asyncio.for_running_loop(id(self), build)
 
@@ -117,14 +110,7 @@ class Stampede:
                 f"flask_stampede: STAMPEDE_REDIS_OPTIONS is invalid: {exc}"
             ) from exc
         try:
-            core = stampede.Stampede(
-                client,
-                namespace=settings.namespace,
-                options=settings.options,
-                serializer=settings.serializer,
-                signing_key=settings.signing_keys,
-                on_event=settings.on_event,
-            )
+            core = stampede.Stampede(client, **settings.core_kwargs())
         except stampede.ConfigurationError as exc:
             setting = "STAMPEDE_NAMESPACE" if str(exc).startswith("namespace") else "STAMPEDE_REDIS_OPTIONS"
             raise stampede.ConfigurationError(f"flask_stampede: {setting} is invalid: {exc}") from exc

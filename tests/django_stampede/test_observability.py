@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import threading
 from typing import Any
 
 import pytest
@@ -12,8 +11,9 @@ from django_stampede import StampedeCache
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from stampede import Event, EventKind
+from stampede import EventKind
 from stampede.prometheus import Metrics
+from tests.observers import broken, record, recorded
 
 URL = os.environ.get("STAMPEDE_TEST_REDIS_URL", "")
 _namespaces = iter(range(10**6))
@@ -21,20 +21,6 @@ _namespaces = iter(range(10**6))
 
 def namespace() -> str:
     return f"django-observed{os.getpid()}-{next(_namespaces)}"
-
-
-RECORDED: list[Event] = []
-_lock = threading.Lock()
-
-
-def record(event: Event) -> None:
-    """A hook named by its dotted path in ``ON_EVENT``."""
-    with _lock:
-        RECORDED.append(event)
-
-
-def broken(event: Event) -> None:
-    raise RuntimeError("a broken observer")
 
 
 def samples(registry: CollectorRegistry) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -53,7 +39,7 @@ def test_a_list_of_hooks_sees_a_get_then_set() -> None:
         {
             "OPTIONS": {
                 "NAMESPACE": ns,
-                "ON_EVENT": [Metrics(registry), broken, "tests.django_stampede.test_observability.record"],
+                "ON_EVENT": [Metrics(registry), broken, "tests.observers.record"],
             }
         },
     )
@@ -73,7 +59,7 @@ def test_a_list_of_hooks_sees_a_get_then_set() -> None:
     assert value("stampede_rebuilds_total", outcome="ok") == 1
     assert value("stampede_rebuild_duration_seconds_count") == 1
     # The hook after the broken one still saw every event.
-    mine = [event.kind for event in RECORDED if event.namespace == ns]
+    mine = recorded(ns)
     assert mine == [EventKind.MISS, EventKind.LEASE_WON, EventKind.REBUILD, EventKind.HIT]
 
 
@@ -90,9 +76,7 @@ def test_backends_with_the_same_list_of_hooks_share_one_core() -> None:
     # Django makes a backend per thread and task: a list read again must not
     # make another core (and another connection pool) each time.
     metrics = Metrics(CollectorRegistry())
-    params: dict[str, Any] = {
-        "OPTIONS": {"ON_EVENT": [metrics, "tests.django_stampede.test_observability.record"]}
-    }
+    params: dict[str, Any] = {"OPTIONS": {"ON_EVENT": [metrics, "tests.observers.record"]}}
     assert StampedeCache(URL, params).stampede is StampedeCache(URL, params).stampede
     other: dict[str, Any] = {"OPTIONS": {"ON_EVENT": [metrics]}}
     assert StampedeCache(URL, other).stampede is not StampedeCache(URL, params).stampede

@@ -5,48 +5,31 @@ from __future__ import annotations
 
 import itertools
 import os
-import threading
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 import stampede
-from stampede import Event, EventKind
+from stampede import EventKind
 from stampede.prometheus import Metrics
 from tests.flask_stampede.app import make_app
+from tests.observers import broken, record, recorded
 
 _namespaces = itertools.count()
-RECORDED: list[Event] = []
-_lock = threading.Lock()
-
-
-def record(event: Event) -> None:
-    """A hook named by its dotted path in the settings."""
-    with _lock:
-        RECORDED.append(event)
-
-
-def broken(event: Event) -> None:
-    raise RuntimeError("a broken observer")
-
-
-def kinds(namespace: str) -> list[EventKind]:
-    with _lock:
-        return [event.kind for event in RECORDED if event.namespace == namespace]
 
 
 def test_stampede_on_event_sees_a_cached_view_and_a_memoized_coroutine() -> None:
     registry = CollectorRegistry()
     app, _, _, expensive = make_app(
         SECRET_KEY="only-for-tests",
-        STAMPEDE_ON_EVENT=[Metrics(registry), broken, "tests.flask_stampede.test_observability.record"],
+        STAMPEDE_ON_EVENT=[Metrics(registry), broken, "tests.observers.record"],
     )
     namespace = app.config["STAMPEDE_NAMESPACE"]
     client = app.test_client()
     assert client.get("/page").text == "render 1"
     assert client.get("/page").text == "render 1"
-    assert kinds(namespace) == [EventKind.MISS, EventKind.LEASE_WON, EventKind.REBUILD, EventKind.HIT]
+    assert recorded(namespace) == [EventKind.MISS, EventKind.LEASE_WON, EventKind.REBUILD, EventKind.HIT]
     labels = {"namespace": namespace}
     assert registry.get_sample_value("stampede_requests_total", {**labels, "result": "miss"}) == 1
     assert registry.get_sample_value("stampede_requests_total", {**labels, "result": "hit"}) == 1
@@ -56,7 +39,7 @@ def test_stampede_on_event_sees_a_cached_view_and_a_memoized_coroutine() -> None
     async_square = app.extensions["test"]["async_square"]
     with app.app_context():
         assert app.ensure_sync(async_square)(3) == 9
-    assert kinds(namespace)[4:] == [EventKind.MISS, EventKind.LEASE_WON, EventKind.REBUILD]
+    assert recorded(namespace)[4:] == [EventKind.MISS, EventKind.LEASE_WON, EventKind.REBUILD]
     assert registry.get_sample_value("stampede_rebuilds_total", {**labels, "outcome": "ok"}) == 2
     assert expensive.runs == 2
 
@@ -68,13 +51,13 @@ def test_flask_caching_on_event() -> None:
         CACHE_OPTIONS={
             "namespace": namespace,
             "stale_ttl": 30,
-            "on_event": "tests.flask_stampede.test_observability.record",
+            "on_event": "tests.observers.record",
         },
     )
     client = app.test_client()
     assert client.get("/flask-caching").text == "render 1"
     assert client.get("/flask-caching").text == "render 1"
-    assert kinds(namespace) == [
+    assert recorded(namespace) == [
         EventKind.MISS,
         EventKind.LEASE_WON,
         EventKind.REBUILD,
