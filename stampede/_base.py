@@ -30,7 +30,21 @@ from ._envelope import (
 from ._events import Event, EventHook, EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError, WaitTimeoutError
 from ._flights import Flights
-from ._flow import Acquire, Acquired, BusyLeases, Clock, Commit, Flow, Lookup, Rebuilt, Refused, Release, seal
+from ._flow import (
+    CANCELLED,
+    RELEASED,
+    Acquire,
+    Acquired,
+    BusyLeases,
+    Clock,
+    Commit,
+    Flow,
+    Lookup,
+    Rebuilt,
+    Refused,
+    Release,
+    seal,
+)
 from ._keys import Keys, KeySpace
 from ._near import NearCache, NearStore
 from ._nodes import node_client
@@ -670,7 +684,7 @@ class StampedeBase:
             magic = self._codec.magic
             args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, magic, options.lapse_ms]
             return "commit", args
-        return "release", [op.token, keys.channel]
+        return "release", [op.token, keys.channel, CANCELLED if op.retake else RELEASED]
 
     @staticmethod
     def _op_result(op: Acquire | Commit | Release, reply: Any) -> Any:

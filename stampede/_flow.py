@@ -24,6 +24,7 @@ from ._keys import Keys
 from ._options import Options
 
 __all__ = [
+    "CANCELLED",
     "RELEASED",
     "RELEASE_GRACE",
     "Acquire",
@@ -145,6 +146,10 @@ class Release:
 
     token: str
     detached: bool = False
+    #: Tell the waiters to compete for the lease (a value was rebuilt but
+    #: could not be stored), rather than that its holder gave up without one
+    #: (after which ``read`` callers each go on alone).
+    retake: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,8 +175,10 @@ class Waited(NamedTuple):
 
 
 #: What the release of a lease without a value announces on the channel.
-#: A commit announces ``1``; a delete, which cancels the lease, ``2``.
+#: A commit announces ``1``; a delete, which cancels the lease, ``2``
+#: (:data:`CANCELLED`), as does the release of a value that could not be stored.
 RELEASED = b"0"
+CANCELLED = b"2"
 
 
 @dataclass(frozen=True, slots=True)
@@ -628,7 +635,7 @@ class Flow:
             # not have would let it be served an older one next: serve what
             # Redis has (the stale value), or fail, unless the user chose
             # fail_open (availability over that guarantee).
-            yield Release(token, detached=True)
+            yield Release(token, detached=True, retake=True)
             self.emit(EventKind.COMMIT_FAILED, error=exc)
             if stale is not None:
                 logger.warning("could not store the rebuilt %r (%s); serving its stale value", name, exc)

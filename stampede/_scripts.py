@@ -143,12 +143,13 @@ return 1
 """
 )
 
-# Owner-checked release; announces '0' (released without a value) to waiters.
-# ARGV: token, channel. -> 1 released, 0 not ours.
+# Owner-checked release, announced to waiters: '0' (released without a
+# value) or '2' (ARGV[3]: a value was rebuilt but not stored; compete for the
+# lease). ARGV: token, channel, announcement. -> 1 released, 0 not ours.
 RELEASE = """
 if redis.call('GET', KEYS[2]) == ARGV[1] then
   redis.call('DEL', KEYS[2])
-  redis.call('PUBLISH', ARGV[2], '0')
+  redis.call('PUBLISH', ARGV[2], ARGV[3])
   return 1
 end
 return 0
