@@ -313,12 +313,6 @@ class AsyncOperations(StampedeBase):
         return await self._unlink_matching(self._keys.pattern)
 
     async def _unlink_matching(self, pattern: bytes) -> int:
-        try:
-            return await self._unlink_matching_once(pattern)
-        finally:
-            self._epoch = object()
-
-    async def _unlink_matching_once(self, pattern: bytes) -> int:
         deleted = 0
         with self._redis_errors("", "delete keys by pattern"):
             batch: list[bytes] = []
@@ -337,6 +331,8 @@ class AsyncOperations(StampedeBase):
         if others:
             await self._client.unlink(*others)
         deleted = int(await self._client.unlink(*values)) if values else 0
+        if values and self._near is not None:
+            self._near.invalidate(values)  # this process sees its own deletes at once
         if fenced:
             calls = [(keys, self._delete_args(keys)) for keys in fenced]
             deleted += sum(await self._pipelined("write", calls))

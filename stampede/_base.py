@@ -299,8 +299,6 @@ class StampedeBase:
         self._on_event = on_event
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._now = self._clock.time  # bound once: it is on every hit
-        # Replaced after every write: reads sent before it are not shared after it.
-        self._epoch = object()
         # Keys another process was found refreshing: not asked again for a moment.
         self._busy = BusyLeases()
         self._flights: Flights[Any]  # each driver's, with its own kind of event
@@ -594,10 +592,9 @@ class StampedeBase:
         return found
 
     def _wrote(self, script: str, *written: Keys) -> None:
-        """After ``script`` ran on ``written``: reads sent before it are not
-        shared after it, nor are the outcomes of flights of those keys that
-        were under way (see ``Flight.overtaken``)."""
-        self._epoch = object()
+        """After ``script`` ran on ``written``: the outcomes of flights of
+        those keys that were under way are not shared after it (see
+        ``Flight.overtaken``)."""
         if script in _WRITES:
             near = self._near
             for keys in written:

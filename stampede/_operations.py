@@ -312,12 +312,6 @@ class Operations(StampedeBase):
         return self._unlink_matching(self._keys.pattern)
 
     def _unlink_matching(self, pattern: bytes) -> int:
-        try:
-            return self._unlink_matching_once(pattern)
-        finally:
-            self._epoch = object()
-
-    def _unlink_matching_once(self, pattern: bytes) -> int:
         deleted = 0
         with self._redis_errors("", "delete keys by pattern"):
             batch: list[bytes] = []
@@ -336,6 +330,8 @@ class Operations(StampedeBase):
         if others:
             self._client.unlink(*others)
         deleted = int(self._client.unlink(*values)) if values else 0
+        if values and self._near is not None:
+            self._near.invalidate(values)  # this process sees its own deletes at once
         if fenced:
             calls = [(keys, self._delete_args(keys)) for keys in fenced]
             deleted += sum(self._pipelined("write", calls))

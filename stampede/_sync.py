@@ -84,20 +84,24 @@ class _Watchdog(threading.Thread):
 
 
 class _SharedRead:
-    """A GET under way, whose reply the threads asking meanwhile share.
+    """A GET, whose reply the threads that came before it was sent share.
 
-    The latch they wait on is made by the first of them: a read that nobody
-    joins (a hit, most of the time) allocates no lock.
+    ``next`` gathers the threads that come while it is in flight: they
+    cannot take its reply (sent before they came, it may predate a write
+    that returned since), so the first of them sends one more GET when this
+    one is done, for them all. A latch is made by the first thread that
+    waits on a read: a read that nobody joins (a hit, most of the time)
+    allocates no lock.
     """
 
-    __slots__ = ("done", "epoch", "error", "latch", "raw")
+    __slots__ = ("done", "error", "latch", "next", "raw")
 
-    def __init__(self, epoch: object) -> None:
-        self.epoch = epoch
+    def __init__(self) -> None:
         self.done = False
         self.raw: bytes | None = None
         self.error: redis.exceptions.RedisError | None = None
         self.latch: threading.Event | None = None
+        self.next: _SharedRead | None = None
 
 
 class Stampede(Operations):
@@ -241,44 +245,56 @@ class Stampede(Operations):
     def _shared_get(self, name: bytes) -> bytes | None:
         """GET ``name``, sharing the reply with the threads that ask meanwhile.
 
-        A hundred threads reading one key send one GET, not a hundred (which
-        would also empty the connection pool). A read is shared only if this
-        instance wrote nothing since it was sent, so a thread always sees its
-        own writes.
+        A hundred threads reading one key send a GET or two, not a hundred
+        (which would also empty the connection pool). Each thread gets the
+        reply of a GET sent after it asked, so it sees every write that
+        returned before it asked, its own included.
         """
-        reads = self._reads
-        pending = reads.get(name)
-        if pending is not None and pending.epoch is self._epoch:
-            with self._reads_lock:  # against the reader finishing meanwhile
-                latch = pending.latch
-                if latch is None and not pending.done:
-                    latch = pending.latch = threading.Event()
-            if latch is not None:
+        pending = self._reads.get(name)
+        if pending is not None:
+            with self._reads_lock:  # against the read finishing meanwhile
+                if pending.done:
+                    batch = None
+                elif pending.next is None:
+                    # The first to come while it is in flight waits for it,
+                    # then sends the batch's read.
+                    batch = pending.next = _SharedRead()
+                    first = True
+                    latch = pending.latch = pending.latch or threading.Event()
+                else:
+                    batch = pending.next  # not sent before the pending read is done
+                    first = False
+                    latch = batch.latch = batch.latch or threading.Event()
+            if batch is not None:
                 latch.wait()  # bounded by the reader's socket timeout
-            if pending.done:
-                if pending.error is not None:
-                    raise pending.error
-                return pending.raw
-        pending = _SharedRead(self._epoch)
-        reads[name] = pending
+                if first:
+                    return self._send_read(name, batch)
+                if batch.error is not None:
+                    raise batch.error
+                return batch.raw
+        return self._send_read(name, _SharedRead())
+
+    def _send_read(self, name: bytes, read: _SharedRead) -> bytes | None:
+        reads = self._reads
+        reads[name] = read
         near = self._near
         token = near.begin_fill(name) if near is not None else None  # before the GET is sent
         try:
-            pending.raw = (random.choice(self._replicas) if self._replicas else self._client).get(name)
+            read.raw = (random.choice(self._replicas) if self._replicas else self._client).get(name)
         except redis.exceptions.RedisError as exc:
-            pending.error = exc
+            read.error = exc
             raise
         finally:
             if near is not None:  # keeps the value, or (after an error) just drops the token
-                near.end_fill(name, token, pending.raw)
+                near.end_fill(name, token, read.raw)
             with self._reads_lock:
-                pending.done = True
-                latch = pending.latch
-            if reads.get(name) is pending:
+                read.done = True
+                latch = read.latch
+            if reads.get(name) is read:
                 reads.pop(name, None)
             if latch is not None:
                 latch.set()
-        return pending.raw
+        return read.raw
 
     def _single_flight(self, keys: Keys, options: Options, lookup: Lookup, rebuild: Callable[[], T]) -> T:
         missed = False  # whether this call was reported as a miss

@@ -69,14 +69,22 @@ class _ReadAbandoned(Exception):
 
 
 class _PendingRead:
-    """A GET under way; ``reply`` is made by the first task that joins it, so a
-    read that nobody joins (a hit, most of the time) makes no future."""
+    """A GET, whose reply the tasks that came before it was sent share
+    (see :class:`stampede._sync._SharedRead`): ``next`` gathers the tasks
+    that come while it is in flight. ``reply`` is made by the first task
+    that waits on it, so a read that nobody joins (a hit, most of the time)
+    makes no future."""
 
-    __slots__ = ("epoch", "reply")
+    __slots__ = ("next", "reply")
 
-    def __init__(self, epoch: object) -> None:
-        self.epoch = epoch
+    def __init__(self) -> None:
         self.reply: asyncio.Future[bytes | None] | None = None
+        self.next: _PendingRead | None = None
+
+    def finished(self) -> asyncio.Future[bytes | None]:
+        if self.reply is None:
+            self.reply = asyncio.get_running_loop().create_future()
+        return self.reply
 
 
 class Stampede(AsyncOperations):
@@ -157,30 +165,46 @@ class Stampede(AsyncOperations):
         """GET ``name``, sharing the reply with the tasks that ask meanwhile
         (see :meth:`stampede.Stampede._shared_get`)."""
         reads = self._reads
-        while (pending := reads.get(name)) is not None and pending.epoch is self._epoch:
-            if pending.reply is None:
-                pending.reply = asyncio.get_running_loop().create_future()
+        while (pending := reads.get(name)) is not None:
+            batch = pending.next
+            if batch is None:
+                # The first to come while a read is in flight waits for it,
+                # then sends the read of those who came meanwhile.
+                batch = pending.next = _PendingRead()
+                try:
+                    await asyncio.wait([pending.finished()])
+                except BaseException:
+                    if pending.next is batch:
+                        pending.next = None
+                    if batch.reply is not None:
+                        batch.reply.set_exception(_ReadAbandoned())
+                        batch.reply.exception()  # retrieved: its waiters may all have gone
+                    raise
+                return await self._send_read(name, batch)
             try:
-                return await asyncio.shield(pending.reply)
+                return await asyncio.shield(batch.finished())
             except _ReadAbandoned:
-                # Its reader was cancelled: the first task woken reads, the
-                # others share its read (one read each would empty the pool).
+                # Its sender was cancelled: read again, sharing the reads of
+                # those who were waiting too (one read each would empty the pool).
                 continue
-        pending = _PendingRead(self._epoch)
-        reads[name] = pending
+        return await self._send_read(name, _PendingRead())
+
+    async def _send_read(self, name: bytes, read: _PendingRead) -> bytes | None:
+        reads = self._reads
+        reads[name] = read
         try:
             raw = await self._reader().get(name)
         except BaseException as exc:
-            if pending.reply is not None:
+            if read.reply is not None:
                 error = exc if isinstance(exc, redis.exceptions.RedisError) else _ReadAbandoned()
-                pending.reply.set_exception(error)
-                pending.reply.exception()  # retrieved: its waiters may all have gone
+                read.reply.set_exception(error)
+                read.reply.exception()  # retrieved: its waiters may all have gone
             raise
         else:
-            if pending.reply is not None:
-                pending.reply.set_result(raw)
+            if read.reply is not None:
+                read.reply.set_result(raw)
         finally:
-            if reads.get(name) is pending:
+            if reads.get(name) is read:
                 del reads[name]
         return raw  # type: ignore[no-any-return]
 

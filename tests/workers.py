@@ -74,3 +74,16 @@ def hold_lease(url: str, namespace: str, key: str, lease_ttl: float, delay: floa
     result = sf.get_or_rebuild(key, rebuild, ttl=60)
     client.close()
     queue.put((result, events))
+
+
+def write_in_turn(url: str, namespace: str, key: str, count: int, interval: float, written: Any) -> None:
+    """``set`` ``key`` to 1, 2... ``count``, publishing in ``written`` each
+    number whose ``set`` has returned."""
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    sf = stampede.Stampede(client, namespace=namespace)
+    for i in range(1, count + 1):
+        sf.set(key, i, ttl=60)
+        written.value = i
+        time.sleep(interval)
+    sf.close()
+    client.close()

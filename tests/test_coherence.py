@@ -1,0 +1,108 @@
+"""No read goes back behind a write that returned before it began.
+
+Another process writes a key over and over, publishing each number whose
+``set`` has returned; hundreds of callers of one process read it in a loop,
+each noting that number before it starts. Callers that read one key at once
+share ``GET``s (one per caller would empty the connection pool), and a
+near cache serves copies: neither may hand a caller a value older than the
+number it noted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import threading
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio
+
+import stampede
+import stampede.asyncio
+from tests.helpers import Rebuilds, wait_until
+from tests.workers import write_in_turn
+
+pytestmark = pytest.mark.slow
+
+CROWD = 400
+WRITES = 300
+ctx = multiprocessing.get_context("spawn")
+
+
+def start_writer(url: str, namespace: str) -> tuple[Any, Any]:
+    written = ctx.Value("q", 0, lock=False)
+    writer = ctx.Process(target=write_in_turn, args=(url, namespace, "k", WRITES, 0.002, written))
+    writer.start()
+    return writer, written
+
+
+@pytest.mark.parametrize("near_cache", [None, 100], ids=["plain", "near-cache"])
+def test_threads_never_read_older_than_a_write_that_returned(
+    redis_url: str, namespace: str, near_cache: int | None
+) -> None:
+    client = redis.Redis.from_url(redis_url, socket_timeout=10)
+    sf = stampede.Stampede(client, namespace=namespace, near_cache=near_cache)
+    sf.set("k", 0, ttl=60)
+    if near_cache is not None:
+        wait_until(lambda: sf._near is not None and sf._near.live)
+    old: list[tuple[int, int]] = []
+    reads = [0]
+    start = threading.Barrier(CROWD + 1)
+    writer, written = start_writer(redis_url, namespace)
+    wait_until(lambda: written.value > 0)
+
+    def read_in_a_loop() -> None:
+        start.wait()
+        while written.value < WRITES:
+            floor = written.value
+            value = sf.get_or_rebuild("k", Rebuilds(), ttl=60)
+            reads[0] += 1
+            if value < floor:
+                old.append((value, floor))
+
+    threads = [threading.Thread(target=read_in_a_loop) for _ in range(CROWD)]
+    for thread in threads:
+        thread.start()
+    start.wait()
+    for thread in threads:
+        thread.join(60)
+    writer.join(30)
+    assert writer.exitcode == 0
+    assert old == []
+    assert reads[0] >= CROWD  # every thread read at least once while writes went on
+    sf.close()
+    client.close()
+
+
+def test_tasks_never_read_older_than_a_write_that_returned(redis_url: str, namespace: str) -> None:
+    async def main() -> tuple[list[tuple[int, int]], int]:
+        client = redis.asyncio.Redis.from_url(redis_url, socket_timeout=10)
+        sf = stampede.asyncio.Stampede(client, namespace=namespace)
+        await sf.set("k", 0, ttl=60)
+        old: list[tuple[int, int]] = []
+        reads = 0
+        writer, written = start_writer(redis_url, namespace)
+        while written.value == 0:
+            await asyncio.sleep(0.01)
+
+        async def read_in_a_loop() -> None:
+            nonlocal reads
+            while written.value < WRITES:
+                floor = written.value
+                value = await sf.get_or_rebuild("k", Rebuilds(), ttl=60)
+                reads += 1
+                if value < floor:
+                    old.append((value, floor))
+
+        await asyncio.gather(*(read_in_a_loop() for _ in range(CROWD)))
+        await asyncio.to_thread(writer.join, 30)
+        assert writer.exitcode == 0
+        await sf.aclose()
+        await client.aclose()
+        return old, reads
+
+    old, reads = asyncio.run(main())
+    assert old == []
+    assert reads >= CROWD
