@@ -5,12 +5,19 @@ connection and keeps one read pending on it at all times (never cancelled,
 so no reply is ever cut in half); SUBSCRIBE and UNSUBSCRIBE are sent beside
 that read, which redis-py's asyncio ``PubSub`` allows. Waiters sleep on their
 watch's event. The task ends when nobody has waited for a while.
+
+Near caches (:mod:`stampede._near`) are kept coherent through the same
+connection, as in :mod:`stampede._subscriber`. A near hit does not wait for
+the listener task: it asks :meth:`AsyncSubscriber.quiet` whether anything
+waits unread on the connection (in the socket, in the stream's buffer, or
+parsed in part) and goes to Redis if so, which also lets the listener run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import weakref
 from typing import Any
 
@@ -20,12 +27,17 @@ import redis.exceptions
 from ._aoperations import ask_sharded
 from ._channels import Channels, Shards, WatchBase
 from ._events import logger
+from ._near import NearStore
 from ._nodes import node_client
+from ._subscriber import INVALIDATIONS
 
 __all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for", "close_sockets"]
 
 IDLE_SECONDS = 10.0
 _MAX_BACKOFF = 1.0
+#: Turns of the event loop a near read gives the listener to read what is
+#: pending: the socket is read on one, the listener runs on the next.
+_SETTLE_TURNS = 4
 
 
 class AsyncWatch(WatchBase[asyncio.Event]):
@@ -56,16 +68,81 @@ class AsyncSubscriber:
         self._poked = asyncio.Event()
         self._stopping = False
         self._link: _Classic | _Sharded | None = None  # while serving
+        # Near caches kept coherent through this connection (CLIENT TRACKING).
+        self._stores: list[NearStore] = []
+        self._retrack = False  # a store was added: the link starts over with its prefix
+        self._live_link: _Classic | None = None
+
+    def _start(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="stampede-subscriber")
+        else:
+            self._poked.set()
 
     def watch(self, channel: bytes) -> AsyncWatch:
         """Start watching ``channel``; stop with :meth:`unwatch`."""
         watch = AsyncWatch(channel)
         self._channels.add(watch)
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="stampede-subscriber")
-        else:
-            self._poked.set()
+        self._start()
         return watch
+
+    def track(self, store: NearStore) -> None:
+        """Keep ``store`` coherent: invalidations of its prefix drop its copies.
+        It is live (served from) once tracking is on and confirmed; the
+        listener starts at the first :meth:`quiet` on a running event loop."""
+        self._stores.append(store)
+        self._retrack = True
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return  # made outside the event loop: started by the first quiet()
+        self._start()
+
+    def untrack(self, store: NearStore) -> None:
+        if store in self._stores:
+            self._stores.remove(store)
+        store.flush(live=False)
+
+    def quiet(self) -> bool:
+        """Whether no invalidation waits unread on the connection, so a near
+        copy may be served: what every near hit asks first. ``False``: go to
+        Redis (which lets the listener task read what is pending)."""
+        link = self._live_link
+        if link is None:
+            if self._task is None or self._task.done():
+                self._start()
+            return False
+        return not link.pending()
+
+    async def settled(self) -> bool:
+        """:meth:`quiet`, after letting the listener read what is pending for a
+        few turns of the event loop (cheaper than a round trip to Redis, and a
+        fill under way would be dropped by an invalidation it reads later)."""
+        for _ in range(_SETTLE_TURNS):
+            if self.quiet():
+                return True
+            await asyncio.sleep(0)
+        return self.quiet()
+
+    def _invalidated(self, names: list[bytes] | None) -> None:
+        for store in list(self._stores):
+            if names is None:
+                store.invalidate(None)
+            else:
+                mine = [name for name in names if name.startswith(store.prefix)]
+                if mine:
+                    store.invalidate(mine)
+
+    def _set_live(self, link: _Classic | _Sharded) -> None:
+        if isinstance(link, _Classic):
+            self._live_link = link
+            for store in list(self._stores):
+                store.flush(live=True)
+
+    def _set_dead(self) -> None:
+        self._live_link = None
+        for store in list(self._stores):
+            store.flush(live=False)
 
     def unwatch(self, watch: AsyncWatch) -> None:
         self._channels.remove(watch)
@@ -74,7 +151,7 @@ class AsyncSubscriber:
     async def aclose(self) -> None:
         """Stop the listener if nobody is waiting (it starts again when someone does)."""
         task = self._task
-        if task is None or task.done() or len(self._channels):
+        if task is None or task.done() or len(self._channels) or self._stores:
             return
         # A flag rather than a cancellation, which redis-py's commands may
         # swallow when it lands inside them.
@@ -95,17 +172,18 @@ class AsyncSubscriber:
                 return
             try:
                 await self._serve(client)
-                if not len(self._channels):
+                if not (len(self._channels) or self._stores) or self._stopping:
                     return
-                continue  # stopped as a waiter came in: serve it
+                continue  # stopped as a waiter came in, or to track a new prefix
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # any failure: the connection is gone
                 logger.info("wake-up connection lost, reconnecting: %s", exc)
             finally:
+                self._set_dead()
                 del client
             self._channels.lost()
-            if not len(self._channels):
+            if not (len(self._channels) or self._stores):
                 return
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF)
@@ -118,9 +196,16 @@ class AsyncSubscriber:
         abandoned = False
         try:
             channels = self._channels.resubscribed()
+            prefixes = [store.prefix for store in self._stores]
+            self._retrack = False
+            if prefixes and isinstance(link, _Classic):
+                if await link.track(prefixes, self._invalidated):
+                    channels.append(INVALIDATIONS)  # RESP2: live once subscribed
+                else:
+                    self._set_live(link)  # RESP3: pushed on this connection from now on
             await link.subscribe(channels if link.anchored else channels[1:])
             idle_since: float | None = None
-            while not self._stopping:
+            while not self._stopping and not self._retrack:
                 subscribe, unsubscribe = self._channels.take_pending()
                 for gone in await link.unsubscribe(unsubscribe):
                     read = reads.pop(gone, None)
@@ -128,7 +213,7 @@ class AsyncSubscriber:
                         read.cancel()
                 await link.subscribe(subscribe)
                 now = loop.time()
-                if len(self._channels):
+                if len(self._channels) or self._stores:
                     idle_since = None
                 elif idle_since is None:
                     idle_since = now
@@ -136,7 +221,7 @@ class AsyncSubscriber:
                     return
                 for pubsub in link.pubsubs():
                     if pubsub not in reads:
-                        reads[pubsub] = asyncio.ensure_future(pubsub.get_message(timeout=None))
+                        reads[pubsub] = asyncio.ensure_future(self._receive(link, pubsub))
                 if poked is None:
                     self._poked.clear()
                     poked = asyncio.ensure_future(self._poked.wait())
@@ -148,9 +233,11 @@ class AsyncSubscriber:
                 for pubsub, read in list(reads.items()):
                     if read in done:
                         del reads[pubsub]
-                        message = read.result()
-                        link.check(message)
-                        self._channels.dispatch(message)
+                        read.result()  # raises what the read raised
+                if isinstance(link, _Classic) and link.tracking and not link.same_stream():
+                    # redis-py reconnected on its own, without tracking: what was
+                    # written meanwhile was never told. Start over.
+                    raise redis.exceptions.ConnectionError("the tracking connection was replaced")
         except GeneratorExit:
             # This task was destroyed with its event loop: nothing can be
             # awaited any more, so the sockets are closed as they are.
@@ -162,10 +249,25 @@ class AsyncSubscriber:
                     with contextlib.suppress(RuntimeError):  # a closed loop
                         pending.cancel()
             self._link = None
+            self._set_dead()
             if abandoned:
                 close_sockets([pubsub.connection for pubsub in link.pubsubs()])
             else:
                 await link.aclose()
+
+    async def _receive(self, link: _Classic | _Sharded, pubsub: Any) -> None:
+        """Read one message and act on it in the same step, so that nothing
+        read is left waiting for the listener's next turn unseen by
+        :meth:`quiet`."""
+        message = await pubsub.get_message(timeout=None)
+        link.check(message)
+        if message is not None and message.get("channel") == INVALIDATIONS:
+            if message.get("type") == "message":
+                self._invalidated(message["data"])
+            elif message.get("type") == "subscribe" and isinstance(link, _Classic):
+                self._set_live(link)
+            return
+        self._channels.dispatch(message)
 
     def connections(self) -> list[Any]:
         """The pub/sub connections open now (for closing the sockets of a
@@ -192,6 +294,65 @@ class _Classic:
 
     def __init__(self, client: Any) -> None:
         self._pubsub = client.pubsub()
+        self._stream: Any = None  # the tracking connection's, once tracking
+        self._poll: Any = None
+
+    async def track(self, prefixes: list[bytes], invalidated: Any) -> bool:
+        """``CLIENT TRACKING`` in broadcast mode on ``prefixes`` (see
+        :meth:`stampede._subscriber._Classic.track`)."""
+        pubsub = self._pubsub
+        await pubsub.execute_command("CLIENT", "ID")  # connects
+        own_id = await pubsub.parse_response(block=True)
+        connection = pubsub.connection
+        parser = connection._parser
+        watched = [part for prefix in prefixes for part in (b"PREFIX", prefix)]
+        resp3 = str(getattr(connection, "protocol", 2)) == "3"
+        if resp3 and hasattr(parser, "set_invalidation_push_handler"):
+
+            async def pushed(push: list[Any]) -> None:
+                invalidated(push[1])
+
+            parser.set_invalidation_push_handler(pushed)
+            await pubsub.execute_command("CLIENT", "TRACKING", "ON", "BCAST", *watched)
+            redirected = False
+        else:
+            await pubsub.execute_command("CLIENT", "TRACKING", "ON", "REDIRECT", own_id, "BCAST", *watched)
+            redirected = True
+        reply = await pubsub.parse_response(block=True)
+        if reply not in (b"OK", "OK"):
+            raise redis.exceptions.ResponseError(f"CLIENT TRACKING refused: {reply!r}")
+        self._stream = connection._reader
+        sock = connection._writer.transport.get_extra_info("socket")
+        self._poll = select.poll()
+        self._poll.register(sock.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+        return redirected
+
+    @property
+    def tracking(self) -> bool:
+        return self._stream is not None
+
+    def same_stream(self) -> bool:
+        """Whether the connection is still the one tracking was turned on for."""
+        connection = self._pubsub.connection
+        return connection is not None and connection._reader is self._stream
+
+    def pending(self) -> bool:
+        """Whether anything may wait unread on the connection: bytes in the
+        socket, in the stream's buffer, or read by the parser but not yet
+        made into a message."""
+        stream = self._stream
+        connection = self._pubsub.connection
+        if stream is None or connection is None or connection._reader is not stream:
+            return True  # not tracking, or reconnected behind our back (without tracking)
+        if stream._buffer or stream.at_eof():
+            return True
+        parser = connection._parser
+        if getattr(parser, "_buffer", None) or getattr(parser, "_chunks", None):
+            return True
+        reader = getattr(parser, "_reader", None)
+        if reader is not None and hasattr(reader, "has_data") and reader.has_data():
+            return True
+        return bool(self._poll.poll(0))
 
     async def subscribe(self, channels: list[bytes]) -> None:
         if channels:
@@ -210,6 +371,7 @@ class _Classic:
         pass
 
     async def aclose(self) -> None:
+        self._stream = None
         with contextlib.suppress(BaseException):
             await asyncio.shield(self._pubsub.aclose())
 

@@ -42,14 +42,17 @@ class NearCache:
 
     @classmethod
     def from_setting(cls, setting: Any) -> NearCache | None:
-        """``None``/``False``/``0``: off; an int: that many entries; a :class:`NearCache`."""
+        """``None``/``False``/``0``: off; ``True``: on, with the default bounds;
+        an int: that many entries; a :class:`NearCache`."""
         if setting is None or setting is False or setting == 0:
             return None
+        if setting is True:
+            return cls()
         if isinstance(setting, NearCache):
             return setting
         if isinstance(setting, bool) or not isinstance(setting, int):
             raise ConfigurationError(
-                f"near_cache must be a number of entries, a stampede.NearCache or None, got {setting!r}"
+                f"near_cache must be a number of entries, True, a stampede.NearCache or None, got {setting!r}"
             )
         return cls(max_entries=setting)
 

@@ -216,14 +216,14 @@ class Stampede(Operations):
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         keys = self._keys(key)
+        # _first_read, inlined: this is every hit's path.
         near = self._near
-        if near is not None and near.live:
-            raw = near.get(keys.value) if self._subscriber.quiet() else None
+        if near is not None and near.live and self._subscriber.quiet():
+            raw = near.get(keys.value)
             if raw is not None:
                 found = self._lookup(keys, raw, options)
                 if isinstance(found, Entry):
                     return found.value  # type: ignore[no-any-return]
-        # _first_read, inlined: this is every hit's path.
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
@@ -236,6 +236,13 @@ class Stampede(Operations):
 
     def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
+        near = self._near
+        if near is not None and near.live and self._subscriber.quiet():
+            raw = near.get(keys.value)
+            if raw is not None:
+                found = self._lookup(keys, raw, options)
+                if isinstance(found, Entry):
+                    return found
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:

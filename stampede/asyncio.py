@@ -45,6 +45,7 @@ from ._flow import (
     wake_interval,
 )
 from ._keys import Keys
+from ._near import NearStore
 from ._options import Options
 from ._urls import connect, split_options
 
@@ -99,11 +100,12 @@ class Stampede(AsyncOperations):
 
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
-        if self._near_settings is not None:
-            raise ConfigurationError("near_cache is not supported by stampede.asyncio yet")
         self._flights: Flights[asyncio.Event] = Flights(asyncio.Event)
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriber = async_subscriber_for(client)
+        if self._near_settings is not None:
+            self._near = NearStore(self._near_settings, self._keys.prefix)
+            self._subscriber.track(self._near)
         self._reads: dict[bytes, _PendingRead] = {}
 
     @classmethod
@@ -155,6 +157,13 @@ class Stampede(AsyncOperations):
 
     async def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
+        near = self._near
+        if near is not None and near.live and (self._subscriber.quiet() or await self._subscriber.settled()):
+            raw = near.get(keys.value)
+            if raw is not None:
+                found = self._lookup(keys, raw, options)
+                if isinstance(found, Entry):
+                    return found
         try:
             raw = await self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
@@ -192,6 +201,9 @@ class Stampede(AsyncOperations):
     async def _send_read(self, name: bytes, read: _PendingRead) -> bytes | None:
         reads = self._reads
         reads[name] = read
+        near = self._near
+        token = near.begin_fill(name) if near is not None else None  # before the GET is sent
+        raw = None
         try:
             raw = await self._reader().get(name)
         except BaseException as exc:
@@ -204,6 +216,8 @@ class Stampede(AsyncOperations):
             if read.reply is not None:
                 read.reply.set_result(raw)
         finally:
+            if near is not None:  # keeps the value, or (after an error) just drops the token
+                near.end_fill(name, token, raw)
             if reads.get(name) is read:
                 del reads[name]
         return raw  # type: ignore[no-any-return]
@@ -608,6 +622,8 @@ class Stampede(AsyncOperations):
         :meth:`from_url` created it."""
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._near is not None:
+            self._subscriber.untrack(self._near)
         await self._subscriber.aclose()
         standbys = list(self._standby.values())
         self._standby.clear()

@@ -24,8 +24,10 @@ T = TypeVar("T")
 class SyncDriver:
     name = "sync"
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
-        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    def __init__(self, url: str, *, redis_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        self.client = redis.Redis.from_url(
+            url, socket_timeout=5, socket_connect_timeout=5, **(redis_options or {})
+        )
         self.sf = stampede.Stampede(self.client, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -39,13 +41,15 @@ class SyncDriver:
 class AsyncDriver:
     name = "asyncio"
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
+    def __init__(self, url: str, *, redis_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="test-loop", daemon=True)
         self._thread.start()
 
         async def build() -> stampede.asyncio.Stampede:
-            client = redis.asyncio.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+            client = redis.asyncio.Redis.from_url(
+                url, socket_timeout=5, socket_connect_timeout=5, **(redis_options or {})
+            )
             return stampede.asyncio.Stampede(client, **kwargs)
 
         self.sf = self.run(build())
