@@ -453,6 +453,34 @@ class StampedeBase:
             return Lookup(entry)
         return Lookup(None)
 
+    def _near_hit(self, keys: Keys, raw: bytes, options: Options) -> Entry | None:
+        """The entry a near copy holds, if it is served as it is (see
+        :meth:`_is_hit`); else ``None``: Redis decides (a stale copy, or one
+        drawn for early refresh, takes the flow through Redis as usual)."""
+        try:
+            entry = self._decode_raw(keys.value, raw)
+        except CorruptEntryError:
+            return None  # Redis holds it too: the read there reports it
+        now = self._now()
+        if now < entry.fresh_until and (
+            options.beta is None or not entry.wants_early_refresh(now, options.beta)
+        ):
+            if self._on_event is not None:
+                self._emit(keys, EventKind.NEAR_HIT)
+            return entry
+        return None
+
+    def _near_store(self) -> NearStore | None:
+        """The near cache's store, if there is one (made by the driver, which
+        then has its subscriber track it)."""
+        if self._near_settings is None:
+            return None
+        report = self._near_dropped if self._on_event is not None else None
+        return NearStore(self._near_settings, self._keys.prefix, report)
+
+    def _near_dropped(self, kind: EventKind, name: bytes) -> None:
+        self._emit_named(self._keys.key_of(name) if name else "", kind)
+
     def _is_hit(self, keys: Keys, entry: Entry, options: Options) -> bool:
         """Whether ``entry`` is served as it is: fresh, and not drawn for early refresh."""
         now = self._now()

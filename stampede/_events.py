@@ -45,6 +45,16 @@ class EventKind(str, enum.Enum):
     #: a blocking call on an event loop's thread found the key being rebuilt
     #: elsewhere: it did not wait (that would freeze the loop), it rebuilt alone
     NO_WAIT = "no_wait"
+    #: a fresh value was served from this process's near cache, without Redis
+    NEAR_HIT = "near_hit"
+    #: a near copy was dropped because the key changed in Redis (a write,
+    #: delete, expiry or eviction, by any process)
+    NEAR_INVALIDATION = "near_invalidation"
+    #: a near copy was dropped to keep the near cache within its bounds
+    NEAR_EVICTION = "near_eviction"
+    #: every near copy was dropped at once: the invalidation connection was
+    #: lost or replaced, or Redis was flushed (``key`` is ``""``)
+    NEAR_FLUSH = "near_flush"
 
 
 @dataclass(frozen=True, slots=True)

@@ -96,6 +96,13 @@ class KeySpace:
         """What every name of this namespace's keys starts with: ``<namespace>:{``."""
         return self._prefix
 
+    def key_of(self, value: bytes) -> str:
+        """The cache key whose value is named ``value`` (for display)."""
+        raw = value[len(self._prefix) : -1]
+        if b"%" in raw:
+            raw = raw.replace(b"%7D", b"}").replace(b"%25", b"%")
+        return raw.decode("utf-8", "backslashreplace")
+
     def prefix_pattern(self, prefix: str) -> bytes:
         """SCAN pattern for the names of every key starting with ``prefix``."""
         return _glob_escape(self._prefix + _escape(prefix.encode("utf-8", "surrogatepass"))) + b"*"

@@ -32,8 +32,9 @@ class Measure(NamedTuple):
 
 _REQUESTS = Family(
     "stampede_requests",
-    "Reads of a key by what they found: hit (fresh), stale_hit (stale, served while one caller "
-    "refreshes), miss (nothing usable), replica_hit (a replica's copy: the primary failed)",
+    "Reads of a key by what they found: hit (fresh), near_hit (fresh, from the process's near "
+    "cache), stale_hit (stale, served while one caller refreshes), miss (nothing usable), "
+    "replica_hit (a replica's copy: the primary failed)",
     "result",
 )
 _LEASES = Family(
@@ -72,6 +73,23 @@ MEASURES: dict[EventKind, Measure] = {
         Family("stampede_redis_errors", "Redis commands that failed, by exception type", "error_type")
     ),
     EventKind.FAIL_OPEN: Measure(Family("stampede_fail_opens", "Rebuilds run without Redis (fail_open)")),
+    EventKind.NEAR_HIT: Measure(_REQUESTS, "near_hit"),
+    EventKind.NEAR_INVALIDATION: Measure(
+        Family(
+            "stampede_near_invalidations",
+            "Near copies dropped because their key changed in Redis (written, deleted, expired...)",
+        )
+    ),
+    EventKind.NEAR_EVICTION: Measure(
+        Family("stampede_near_evictions", "Near copies dropped to keep the near cache within its bounds")
+    ),
+    EventKind.NEAR_FLUSH: Measure(
+        Family(
+            "stampede_near_flushes",
+            "Times every near copy was dropped at once: the invalidation connection was lost "
+            "or replaced, or Redis was flushed",
+        )
+    ),
     EventKind.NO_WAIT: Measure(
         Family(
             "stampede_no_waits",

@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._events import EventKind
 from ._exceptions import ConfigurationError
 
 __all__ = ["NearCache", "NearStore"]
@@ -57,12 +59,18 @@ class NearCache:
         return cls(max_entries=setting)
 
 
+#: Told of what the store dropped: the event, and the value's name (``b""``
+#: for a flush). Called outside the store's lock.
+Report = Callable[[EventKind, bytes], None]
+
+
 class NearStore:
     """The copies of one namespace's values in this process."""
 
-    def __init__(self, settings: NearCache, prefix: bytes) -> None:
+    def __init__(self, settings: NearCache, prefix: bytes, report: Report | None = None) -> None:
         self.settings = settings
         self.prefix = prefix
+        self._report = report
         self._lock = threading.Lock()
         self._entries: OrderedDict[bytes, bytes] = OrderedDict()
         self._bytes = 0
@@ -94,6 +102,7 @@ class NearStore:
         """After the ``GET``: keep ``raw`` unless ``name`` was invalidated meanwhile."""
         if token is None:
             return
+        evicted: list[bytes] = []
         with self._lock:
             if self._filling.get(name) is not token:
                 return  # invalidated (or flushed) since the GET was sent
@@ -107,35 +116,53 @@ class NearStore:
             self._bytes += len(raw)
             settings = self.settings
             while len(self._entries) > settings.max_entries or self._bytes > settings.max_bytes:
-                _, dropped = self._entries.popitem(last=False)
+                dropped_name, dropped = self._entries.popitem(last=False)
                 self._bytes -= len(dropped)
                 self.counts["evictions"] += 1
+                evicted.append(dropped_name)
+        if evicted and self._report is not None:
+            for dropped_name in evicted:
+                self._report(EventKind.NEAR_EVICTION, dropped_name)
 
     def invalidate(self, names: list[bytes] | None) -> None:
         """Redis says ``names`` changed (``None``: everything, a flush)."""
+        dropped: list[bytes] = []
         with self._lock:
             if names is None:
-                self._clear()
-                return
-            for name in names:
-                self._filling.pop(name, None)
-                raw = self._entries.pop(name, None)
-                if raw is not None:
-                    self._bytes -= len(raw)
-                    self.counts["invalidations"] += 1
+                flushed = self._clear()
+            else:
+                flushed = False
+                for name in names:
+                    self._filling.pop(name, None)
+                    raw = self._entries.pop(name, None)
+                    if raw is not None:
+                        self._bytes -= len(raw)
+                        self.counts["invalidations"] += 1
+                        dropped.append(name)
+        report = self._report
+        if report is not None:
+            if flushed:
+                report(EventKind.NEAR_FLUSH, b"")
+            for name in dropped:
+                report(EventKind.NEAR_INVALIDATION, name)
 
     def flush(self, *, live: bool) -> None:
         """Drop every copy and fill (the connection was lost, or restored: ``live``)."""
         with self._lock:
-            self._clear()
+            flushed = self._clear()
             self.live = live
+        if flushed and self._report is not None:
+            self._report(EventKind.NEAR_FLUSH, b"")
 
-    def _clear(self) -> None:
-        if self._entries:
+    def _clear(self) -> bool:
+        """Drop everything; returns whether there were copies to drop."""
+        had = bool(self._entries)
+        if had:
             self.counts["flushes"] += 1
         self._entries.clear()
         self._filling.clear()
         self._bytes = 0
+        return had
 
     def __len__(self) -> int:
         return len(self._entries)

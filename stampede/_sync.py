@@ -37,7 +37,6 @@ from ._flow import (
     wake_interval,
 )
 from ._keys import Keys
-from ._near import NearStore
 from ._operations import Operations
 from ._options import Options
 from ._subscriber import subscriber_for
@@ -145,8 +144,8 @@ class Stampede(Operations):
         self._executor_lock = threading.Lock()
         self._flights: Flights[threading.Event] = Flights(threading.Event)
         self._subscriber = subscriber_for(client)
-        if self._near_settings is not None:
-            self._near = NearStore(self._near_settings, self._keys.prefix)
+        self._near = self._near_store()
+        if self._near is not None:
             self._subscriber.track(self._near)
         self._reads: dict[bytes, _SharedRead] = {}
         self._reads_lock = threading.Lock()
@@ -221,9 +220,9 @@ class Stampede(Operations):
         if near is not None and near.live and self._subscriber.quiet():
             raw = near.get(keys.value)
             if raw is not None:
-                found = self._lookup(keys, raw, options)
-                if isinstance(found, Entry):
-                    return found.value  # type: ignore[no-any-return]
+                entry = self._near_hit(keys, raw, options)
+                if entry is not None:
+                    return entry.value  # type: ignore[no-any-return]
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
@@ -240,9 +239,9 @@ class Stampede(Operations):
         if near is not None and near.live and self._subscriber.quiet():
             raw = near.get(keys.value)
             if raw is not None:
-                found = self._lookup(keys, raw, options)
-                if isinstance(found, Entry):
-                    return found
+                entry = self._near_hit(keys, raw, options)
+                if entry is not None:
+                    return entry
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:

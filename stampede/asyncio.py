@@ -45,7 +45,6 @@ from ._flow import (
     wake_interval,
 )
 from ._keys import Keys
-from ._near import NearStore
 from ._options import Options
 from ._urls import connect, split_options
 
@@ -103,8 +102,8 @@ class Stampede(AsyncOperations):
         self._flights: Flights[asyncio.Event] = Flights(asyncio.Event)
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriber = async_subscriber_for(client)
-        if self._near_settings is not None:
-            self._near = NearStore(self._near_settings, self._keys.prefix)
+        self._near = self._near_store()
+        if self._near is not None:
             self._subscriber.track(self._near)
         self._reads: dict[bytes, _PendingRead] = {}
 
@@ -161,9 +160,9 @@ class Stampede(AsyncOperations):
         if near is not None and near.live and (self._subscriber.quiet() or await self._subscriber.settled()):
             raw = near.get(keys.value)
             if raw is not None:
-                found = self._lookup(keys, raw, options)
-                if isinstance(found, Entry):
-                    return found
+                entry = self._near_hit(keys, raw, options)
+                if entry is not None:
+                    return entry
         try:
             raw = await self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:

@@ -182,3 +182,58 @@ def test_bad_settings_and_what_is_not_supported_yet_are_refused_naming_near_cach
 ) -> None:
     with pytest.raises(ConfigurationError, match="near_cache"):
         make(redis_url)
+
+
+def test_what_the_near_cache_does_is_reported_as_events_and_metrics(
+    redis_url: str, namespace: str, driver: str, client: redis.Redis
+) -> None:
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from stampede.prometheus import Metrics
+
+    registry = prometheus_client.CollectorRegistry()
+    events: list[stampede.Event] = []
+    lock = threading.Lock()
+
+    def record(event: stampede.Event) -> None:
+        with lock:
+            events.append(event)
+
+    hook = stampede.hook_from([record, Metrics(registry)])
+    reader = DRIVERS[driver](redis_url, namespace=namespace, near_cache=2, on_event=hook)
+    writer = DRIVERS["sync"](redis_url, namespace=namespace)
+    try:
+        wait_until(lambda: reader._near.live)
+        writer.set("a}%", 1, ttl=60)  # a key whose name is escaped in Redis
+
+        def kept(key: str) -> bool:
+            reader.get_or_rebuild(key, Rebuilds(), ttl=60)
+            return reader._near.get(reader.sf._keys(key).value) is not None
+
+        wait_until(lambda: kept("a}%"))
+        events.clear()
+        reader.get_or_rebuild("a}%", Rebuilds(), ttl=60)
+        assert [(e.kind, e.key, e.namespace) for e in events] == [
+            (stampede.EventKind.NEAR_HIT, "a}%", namespace)
+        ]
+        writer.set("a}%", 2, ttl=60)  # another process's write
+        wait_until(lambda: any(e.kind is stampede.EventKind.NEAR_INVALIDATION for e in events))
+        assert [e.key for e in events if e.kind is stampede.EventKind.NEAR_INVALIDATION] == ["a}%"]
+        for key in "bcd":  # a bound of 2 copies: the oldest go
+            writer.set(key, key, ttl=60)
+            wait_until(lambda key=key: kept(key))  # type: ignore[misc]
+        evicted = [e.key for e in events if e.kind is stampede.EventKind.NEAR_EVICTION]
+        assert evicted[:1] == ["b"]
+        client.client_kill_filter(_type="pubsub")
+        wait_until(lambda: any(e.kind is stampede.EventKind.NEAR_FLUSH for e in events))
+
+        def sample(name: str, **labels: str) -> float:
+            value = registry.get_sample_value(name, {"namespace": namespace, **labels})
+            return float(value or 0)
+
+        assert sample("stampede_requests_total", result="near_hit") >= 1
+        assert sample("stampede_near_invalidations_total") >= 1
+        assert sample("stampede_near_evictions_total") >= 1
+        assert sample("stampede_near_flushes_total") >= 1
+    finally:
+        reader.close()
+        writer.close()
