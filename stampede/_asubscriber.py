@@ -109,10 +109,15 @@ class AsyncSubscriber:
         Redis (which lets the listener task read what is pending)."""
         link = self._live_link
         if link is None:
-            if self._task is None or self._task.done():
-                self._start()
             return False
         return not link.pending()
+
+    def revive(self) -> None:
+        """Start the listener if near caches are tracked and it is not running
+        (the instance was made outside the event loop). Asked by reads while
+        a near cache is not live."""
+        if self._stores and (self._task is None or self._task.done()):
+            self._start()
 
     async def settled(self) -> bool:
         """:meth:`quiet`, after letting the listener read what is pending for a

@@ -164,5 +164,15 @@ class NearStore:
         self._bytes = 0
         return had
 
+    def forked(self) -> None:
+        """In a child process just forked: nothing is known to be coherent any
+        more (the connection that kept it so is the parent's), and the lock
+        may have been held by a thread that did not come along."""
+        self._lock = threading.Lock()
+        self._entries.clear()
+        self._filling.clear()
+        self._bytes = 0
+        self.live = False
+
     def __len__(self) -> int:
         return len(self._entries)

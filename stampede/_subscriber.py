@@ -17,6 +17,7 @@ the next wait.
 from __future__ import annotations
 
 import contextlib
+import os
 import select
 import socket
 import threading
@@ -125,6 +126,14 @@ class Subscriber:
         finally:
             self._io.release()
 
+    def revive(self) -> None:
+        """Start the listener if near caches are tracked and it is not running
+        (after a fork: it did not come along). Asked by reads while a near
+        cache is not live."""
+        if self._thread is None and self._stores and not self._closed:
+            with self._lock:
+                self._start_locked()
+
     def _invalidated(self, names: list[bytes] | None) -> None:
         for store in list(self._stores):
             if names is None:
@@ -180,6 +189,20 @@ class Subscriber:
         self._poke()
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
+
+    def _forked(self) -> None:
+        """In a child process just forked: the listener thread did not come
+        along, and the connection and wake-up sockets are the parent's (left
+        to it: not read, written or shut down here). Starts anew on demand."""
+        self._lock = threading.Lock()
+        self._io = threading.Lock()
+        self._channels = Channels()
+        self._thread = None
+        self._wake_r = self._wake_w = None
+        self._live_link = None
+        self._retrack = bool(self._stores)
+        for store in self._stores:
+            store.forked()
 
     def _start_locked(self) -> bool:
         """Start the listener unless it runs or the subscriber is closed (the
@@ -437,6 +460,17 @@ def _close(pubsub: Any) -> None:
 
 _lock = threading.Lock()
 _subscribers: weakref.WeakKeyDictionary[Any, Subscriber] = weakref.WeakKeyDictionary()
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()
+    for subscriber in list(_subscribers.values()):
+        subscriber._forked()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def subscriber_for(client: Any) -> Subscriber:

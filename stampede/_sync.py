@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar, cast
@@ -149,6 +151,17 @@ class Stampede(Operations):
             self._subscriber.track(self._near)
         self._reads: dict[bytes, _SharedRead] = {}
         self._reads_lock = threading.Lock()
+        _instances.add(self)
+
+    def _forked(self) -> None:
+        """In a child process just forked: what other threads had under way
+        (reads, rebuilds, background refreshes) did not come along, and the
+        locks they held are dropped with them."""
+        self._reads = {}
+        self._reads_lock = threading.Lock()
+        self._flights = Flights(threading.Event)
+        self._executor = None
+        self._executor_lock = threading.Lock()
 
     @classmethod
     def from_url(
@@ -217,12 +230,15 @@ class Stampede(Operations):
         keys = self._keys(key)
         # _first_read, inlined: this is every hit's path.
         near = self._near
-        if near is not None and near.live and self._subscriber.quiet():
-            raw = near.get(keys.value)
-            if raw is not None:
-                entry = self._near_hit(keys, raw, options)
-                if entry is not None:
-                    return entry.value  # type: ignore[no-any-return]
+        if near is not None:
+            if not near.live:
+                self._subscriber.revive()
+            elif self._subscriber.quiet():
+                raw = near.get(keys.value)
+                if raw is not None:
+                    entry = self._near_hit(keys, raw, options)
+                    if entry is not None:
+                        return entry.value  # type: ignore[no-any-return]
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
@@ -236,12 +252,15 @@ class Stampede(Operations):
     def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
         near = self._near
-        if near is not None and near.live and self._subscriber.quiet():
-            raw = near.get(keys.value)
-            if raw is not None:
-                entry = self._near_hit(keys, raw, options)
-                if entry is not None:
-                    return entry
+        if near is not None:
+            if not near.live:
+                self._subscriber.revive()
+            elif self._subscriber.quiet():
+                raw = near.get(keys.value)
+                if raw is not None:
+                    entry = self._near_hit(keys, raw, options)
+                    if entry is not None:
+                        return entry
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
@@ -704,6 +723,20 @@ class Stampede(Operations):
             self._client.close()
             for owned in self._owned:
                 owned.close()
+
+
+_instances: weakref.WeakSet[Stampede] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for instance in list(_instances):
+        instance._forked()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    # Servers that load the application and then fork workers (gunicorn
+    # --preload, uWSGI without lazy-apps) hand each worker the instance.
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:

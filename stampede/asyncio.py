@@ -157,12 +157,15 @@ class Stampede(AsyncOperations):
     async def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
         near = self._near
-        if near is not None and near.live and (self._subscriber.quiet() or await self._subscriber.settled()):
-            raw = near.get(keys.value)
-            if raw is not None:
-                entry = self._near_hit(keys, raw, options)
-                if entry is not None:
-                    return entry
+        if near is not None:
+            if not near.live:
+                self._subscriber.revive()
+            elif self._subscriber.quiet() or await self._subscriber.settled():
+                raw = near.get(keys.value)
+                if raw is not None:
+                    entry = self._near_hit(keys, raw, options)
+                    if entry is not None:
+                        return entry
         try:
             raw = await self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:

@@ -3,6 +3,8 @@ a write that returned before the read began (both drivers, RESP2 and RESP3)."""
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -237,3 +239,69 @@ def test_what_the_near_cache_does_is_reported_as_events_and_metrics(
     finally:
         reader.close()
         writer.close()
+
+
+def _child_reads(sf: stampede.Stampede, url: str, namespace: str, queue: Any) -> None:
+    """In a forked child: the inherited instance, kept coherent by a connection of its own."""
+    try:
+        writer = stampede.Stampede(redis.Redis.from_url(url, socket_timeout=5), namespace=namespace)
+        seen = [sf.get_or_rebuild("k", Rebuilds(), ttl=60)]  # what the parent wrote, from Redis
+        wait_until(lambda: sf._near.live)
+        for i in range(50):
+            writer.set("k", f"child-{i}", ttl=60)
+            seen.append(sf.get_or_rebuild("k", Rebuilds(), ttl=60))
+            seen.append(sf.get_or_rebuild("k", Rebuilds(), ttl=60))
+        queue.put((seen, sf._near.counts["hits"]))
+    except BaseException as exc:
+        queue.put((repr(exc), 0))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # fork() with threads running: the point
+def test_a_forked_child_gets_a_near_cache_of_its_own_and_the_parent_keeps_its(
+    redis_url: str, namespace: str
+) -> None:
+    # gunicorn --preload: the instance is made (and used) before workers fork.
+    ctx = multiprocessing.get_context("fork")
+    client = redis.Redis.from_url(redis_url, socket_timeout=5)
+    sf = stampede.Stampede(client, namespace=namespace, near_cache=100)
+    writer = DRIVERS["sync"](redis_url, namespace=namespace)
+    try:
+        wait_until(lambda: sf._near.live)
+        writer.set("k", "parent", ttl=60)
+        wait_until(lambda: sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "parent" and len(sf._near) == 1)
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_reads, args=(sf, redis_url, namespace, queue))
+        child.start()
+        seen, hits = queue.get(timeout=60)
+        child.join(30)
+        assert seen == ["parent"] + [f"child-{i}" for i in range(50) for _ in range(2)]
+        assert hits > 0  # the child's near cache served it, kept coherent by its own connection
+        assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "child-49"  # the parent was told too
+        writer.set("k", "parent-again", ttl=60)
+        assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "parent-again"
+        assert sf._near.live
+    finally:
+        sf.close()
+        client.close()
+        writer.close()
+
+
+def test_an_asyncio_instance_made_outside_the_event_loop_starts_tracking_on_its_first_read(
+    redis_url: str, namespace: str
+) -> None:
+    client = redis.asyncio.Redis.from_url(redis_url, socket_timeout=5)
+    sf = stampede.asyncio.Stampede(client, namespace=namespace, near_cache=10)  # as at import time
+
+    async def main() -> int:
+        await sf.set("k", "v", ttl=60)
+        for _ in range(1000):
+            assert await sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v"
+            if sf._near.counts["hits"] >= 10:
+                break
+            await asyncio.sleep(0.005)
+        hits = sf._near.counts["hits"]
+        await sf.aclose()
+        await client.aclose()
+        return hits
+
+    assert asyncio.run(main()) >= 10
