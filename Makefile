@@ -8,7 +8,7 @@ PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $(PYTHON) $(wildcard $(
 	&& { echo $$p; break; }; done)
 VENV6 := .venv-django6
 
-.PHONY: test test-django6 lint demo bench clean
+.PHONY: test test-near-cache test-django6 lint demo bench clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,10 +17,16 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## make test: install into .venv and run the whole suite against real redis-servers
-## (Django 5.2 LTS), then the Django tests again on Django 6 where Python 3.12+ exists
+## (Django 5.2 LTS), the behaviour tests again with a near cache in every instance,
+## then the Django tests again on Django 6 where Python 3.12+ exists
 test: $(STAMP)
 	$(BIN)/pytest
+	$(MAKE) test-near-cache
 	$(MAKE) test-django6
+
+test-near-cache: $(STAMP)
+	$(BIN)/pytest --near-cache tests/test_behaviour.py tests/test_sync.py tests/test_asyncio.py \
+		tests/test_cached.py tests/test_signing.py tests/test_serializers.py tests/test_inputs.py
 
 $(VENV6)/.installed: pyproject.toml
 	$(PYTHON_DJANGO6) -m venv $(VENV6)

@@ -20,12 +20,26 @@ import stampede
 from stampede._keys import KeySpace
 from stampede.testing import RedisCluster, RedisSentinel, RedisServer, find_valkey_server
 from tests.drivers import DRIVERS
-from tests.helpers import RAN
+from tests.helpers import RAN, wait_until
 
 _namespaces = itertools.count()
 
 
 _URL_VAR = "STAMPEDE_TEST_REDIS_URL"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--near-cache",
+        action="store_true",
+        help="give the drivers of the sf and make_driver fixtures a near cache (near_cache=1000)",
+    )
+
+
+@pytest.fixture(scope="session")
+def near_cache(request: pytest.FixtureRequest) -> int | None:
+    """The ``near_cache`` the suite's drivers get: ``None`` unless ``--near-cache``."""
+    return 1000 if request.config.getoption("--near-cache") else None
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -105,21 +119,27 @@ def namespace() -> str:
 
 
 @pytest.fixture
-def sf(client: redis.Redis, namespace: str) -> Iterator[stampede.Stampede]:
-    instance = stampede.Stampede(client, namespace=namespace)
+def sf(client: redis.Redis, namespace: str, near_cache: int | None) -> Iterator[stampede.Stampede]:
+    instance = stampede.Stampede(client, namespace=namespace, near_cache=near_cache)
     yield instance
     instance.close()
 
 
 @pytest.fixture(params=["sync", "asyncio"])
-def make_driver(request: pytest.FixtureRequest, redis_url: str, namespace: str) -> Iterator[Any]:
+def make_driver(
+    request: pytest.FixtureRequest, redis_url: str, namespace: str, near_cache: int | None
+) -> Iterator[Any]:
     """Builds drivers of one kind (the test runs once per kind), closed afterwards."""
     made: list[Any] = []
 
     def make(url: str | None = None, **kwargs: Any) -> Any:
         kwargs.setdefault("namespace", namespace)
+        if near_cache is not None and not kwargs.get("replicas"):
+            kwargs.setdefault("near_cache", near_cache)
         driver = DRIVERS[request.param](url or redis_url, **kwargs)
         made.append(driver)
+        if driver._near is not None:
+            wait_until(lambda: driver._near.live)  # the near cache serves from the start
         return driver
 
     yield make

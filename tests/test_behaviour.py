@@ -25,7 +25,7 @@ def test_miss_rebuilds_once_then_hits(make_driver: Any) -> None:
     assert rebuild.count == 1
 
 
-def test_fresh_hit_is_a_single_get(make_driver: Any, server: Any) -> None:
+def test_fresh_hit_is_a_single_get(make_driver: Any, server: Any, near_cache: int | None) -> None:
     sf = make_driver(server.url)
     sf.get_or_rebuild("k", Rebuilds(), ttl=60)
     with redis.Redis.from_url(server.url) as admin:
@@ -36,7 +36,11 @@ def test_fresh_hit_is_a_single_get(make_driver: Any, server: Any) -> None:
     sent = {
         name: stat["calls"] for name, stat in stats.items() if name not in ("cmdstat_info", "cmdstat_config")
     }
-    assert sent == {"cmdstat_get": 5}
+    if near_cache is None:
+        assert sent == {"cmdstat_get": 5}
+    else:  # the first GET fills the near copy; the rest are served from it
+        assert set(sent) <= {"cmdstat_get"}
+        assert sent.get("cmdstat_get", 0) <= 1
 
 
 def test_while_another_process_refreshes_a_stale_key_a_read_is_a_single_get(

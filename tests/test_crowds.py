@@ -254,15 +254,17 @@ def test_a_caller_that_joins_a_rebuild_overtaken_by_a_newer_write_is_not_served_
     there = stampede.Stampede(redis.Redis.from_url(redis_url), namespace=namespace)  # another
     data = {"version": 1}
     release = threading.Event()
+    started = threading.Event()
 
     def slow() -> int:
         version = data["version"]  # read before the writes below
+        started.set()
         release.wait(10)
         return version
 
     leader = concurrent.futures.ThreadPoolExecutor(2)
     led = leader.submit(here.get_or_rebuild, "k", slow)
-    wait_until(lambda: len(here._flights) == 1)
+    assert started.wait(10)
     data["version"] = 2
     there.delete("k")  # the data changed: the rebuild in flight is void
     assert there.get_or_rebuild("k", lambda: data["version"]) == 2
