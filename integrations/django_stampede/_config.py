@@ -34,7 +34,13 @@ _STAMPEDE_OPTIONS = {
     "FAIL_OPEN": "fail_open",
     "MAX_VALUE_SIZE": "max_value_size",
 }
-_OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "SIGNING_KEY", "ON_EVENT", "SENTINELS"}
+_OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "SIGNING_KEY", "ON_EVENT", "SENTINELS", "NEAR_CACHE"}
+#: The keys of a dict ``NEAR_CACHE``, as stampede.NearCache's fields.
+_NEAR_CACHE_KEYS = {
+    "MAX_ENTRIES": "max_entries",
+    "MAX_BYTES": "max_bytes",
+    "MAX_VALUE_BYTES": "max_value_bytes",
+}
 #: django-redis's options for what stampede configures another way.
 _DJANGO_REDIS = {"CLIENT_CLASS", "CONNECTION_POOL_CLASS", "CONNECTION_POOL_KWARGS", "SENTINEL_KWARGS"}
 _DEFAULT_POOL = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, "health_check_interval": 30}
@@ -73,7 +79,11 @@ def _bad(setting: str, problem: str) -> ImproperlyConfigured:
 def improperly_configured(exc: stampede.ConfigurationError) -> ImproperlyConfigured:
     """The Django error for a configuration stampede refused, naming the setting."""
     text = str(exc)
-    names = {"namespace": "NAMESPACE", **{field: key for key, field in _STAMPEDE_OPTIONS.items()}}
+    names = {
+        "namespace": "NAMESPACE",
+        "near_cache": "NEAR_CACHE",
+        **{field: key for key, field in _STAMPEDE_OPTIONS.items()},
+    }
     setting = next((key for field, key in names.items() if text.startswith(field + " ")), None)
     return _bad(f"OPTIONS[{setting!r}]" if setting else "OPTIONS", f"is invalid: {text}")
 
@@ -175,6 +185,38 @@ def _serializer(setting: Any) -> stampede.Serializer:
         raise _bad("OPTIONS['SERIALIZER']", f"is invalid: {exc}") from exc
 
 
+def _near_cache(setting: Any, servers: tuple[str, ...]) -> stampede.NearCache | None:
+    """``OPTIONS["NEAR_CACHE"]`` as stampede takes it: ``None``, ``False`` or
+    ``0`` (off), ``True`` (the default bounds), a number of entries, a
+    ``stampede.NearCache``, or a dict of ``MAX_ENTRIES``, ``MAX_BYTES`` and
+    ``MAX_VALUE_BYTES`` (the others keep their defaults)."""
+    name = "OPTIONS['NEAR_CACHE']"
+    if isinstance(setting, dict):
+        unknown = sorted((key for key in setting if key not in _NEAR_CACHE_KEYS), key=repr)
+        if unknown:
+            raise _bad(name, f"has no key {unknown[0]!r}; its keys are {', '.join(_NEAR_CACHE_KEYS)}")
+    try:
+        near = (
+            stampede.NearCache(**{_NEAR_CACHE_KEYS[key]: value for key, value in setting.items()})
+            if isinstance(setting, dict)
+            else stampede.NearCache.from_setting(setting)
+        )
+    except stampede.ConfigurationError as exc:
+        # Name the dict's key at fault, if any (NearCache names its field).
+        named = [key for key, attr in _NEAR_CACHE_KEYS.items() if f"near_cache {attr} " in str(exc)]
+        where = f"{name}[{named[0]!r}]" if named and isinstance(setting, dict) else name
+        raise _bad(where, f"is invalid: {exc}") from exc
+    if near is not None and (len(servers) > 1 or re.match(r"^rediss?\+cluster://", servers[0])):
+        # Refused by stampede too (tracking is per node, replicas lag), but
+        # said here in Django's terms, before a cluster client is made.
+        raise _bad(
+            name,
+            "cannot be used yet with a Redis Cluster LOCATION, nor with replicas (a LOCATION of several "
+            "servers)",
+        )
+    return near
+
+
 #: What Django's key derivation is salted with for this use of SECRET_KEY.
 _SIGNING_SALT = "django_stampede.cache.values"
 
@@ -247,6 +289,7 @@ class CacheConfig:
     serializer: Any  # the setting (a name, path or object): compared, not built, per instance
     on_event: stampede.EventHook | None
     signing_keys: tuple[bytes, ...] | None = None  # never shown
+    near_cache: stampede.NearCache | None = None
     pool_key: Any = None  # pool_options, hashable: what comparisons use
 
     def __repr__(self) -> str:
@@ -254,7 +297,7 @@ class CacheConfig:
         pool = {name: "***" if name in _SECRETS else value for name, value in self.pool_options}
         return (
             f"CacheConfig(servers={_shown(self.servers)}, pool_options={pool!r}, "
-            f"options={self.options!r}, namespace={self.namespace!r})"
+            f"options={self.options!r}, namespace={self.namespace!r}, near_cache={self.near_cache!r})"
         )
 
     @classmethod
@@ -316,6 +359,7 @@ class CacheConfig:
             serializer=_settled(raw.get("SERIALIZER", "pickle")),
             on_event=on_event,
             signing_keys=_signing_keys(raw),
+            near_cache=_near_cache(raw.get("NEAR_CACHE"), servers),
         )
 
     def sync_client(self, url: str) -> Any:
@@ -354,4 +398,5 @@ class CacheConfig:
             "serializer": _serializer(self.serializer),
             "signing_key": self.signing_keys,
             "on_event": self.on_event,
+            "near_cache": self.near_cache,
         }

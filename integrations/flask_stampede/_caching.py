@@ -25,7 +25,7 @@ from flask_caching.backends.base import BaseCache
 
 import stampede
 
-from ._config import build_serializer, event_hook, signing_keys
+from ._config import build_serializer, event_hook, near_cache, signing_keys
 
 __all__ = ["StampedeCache"]
 
@@ -38,7 +38,7 @@ _CORE_OPTIONS = {
     "beta",
     "fail_open",
 }
-_OWN_OPTIONS = {"namespace", "serializer", "signing_key", "redis_options", "on_event"}
+_OWN_OPTIONS = {"namespace", "serializer", "signing_key", "redis_options", "on_event", "near_cache"}
 _HELD = "_flask_stampede_leases"
 
 
@@ -173,7 +173,8 @@ class StampedeCache(BaseCache):
                 "flask_stampede: this StampedeCache was not made by Flask-Caching; pass the "
                 "serializer to the stampede.Stampede it wraps"
             )
-        self.stampede = self._remade(_Cachelib(chosen))
+        previous, self.stampede = self.stampede, self._remade(_Cachelib(chosen))
+        previous.close()  # unused from now on: its near cache, if any, is no longer tracked
         self._chosen = chosen
 
     @classmethod
@@ -183,8 +184,9 @@ class StampedeCache(BaseCache):
         """Built by Flask-Caching from its Redis settings (see :func:`_url`),
         ``CACHE_KEY_PREFIX`` and ``CACHE_OPTIONS``, which takes stampede's options
         in lower case (``stale_ttl``, ``lease_ttl``...) plus ``namespace``,
-        ``serializer``, ``signing_key``, ``redis_options`` and ``on_event`` (a
-        callable, its dotted path, or a list of them)."""
+        ``serializer``, ``signing_key``, ``redis_options``, ``on_event`` (a
+        callable, its dotted path, or a list of them) and ``near_cache`` (as
+        ``STAMPEDE_NEAR_CACHE``)."""
         options = dict(kwargs)
         default_timeout = options.pop("default_timeout", 300)
         ignore_errors = options.pop("ignore_delete_many_errors", False)
@@ -208,6 +210,9 @@ class StampedeCache(BaseCache):
         else:
             keys = signing_keys(app.config)
         on_event = event_hook(options.pop("on_event", None), "CACHE_OPTIONS['on_event']")
+        near = near_cache(options.pop("near_cache", None), "CACHE_OPTIONS['near_cache']")
+        if near is not None and url.startswith(("redis+cluster://", "rediss+cluster://")):
+            raise _bad("CACHE_OPTIONS['near_cache']", "cannot be used with a Redis Cluster yet")
         client = stampede.redis_client(url, **redis_options)
         namespace = options.pop("namespace", "flask-caching")
 
@@ -218,13 +223,24 @@ class StampedeCache(BaseCache):
                 serializer=serializer,
                 signing_key=keys,
                 on_event=on_event,
+                near_cache=near,
                 **options,
             )
 
         try:
             core = made(serializer)
         except stampede.ConfigurationError as exc:
-            raise stampede.ConfigurationError(f"flask_stampede: CACHE_OPTIONS is invalid: {exc}") from exc
+            named = next(
+                (
+                    f"[{name!r}]"
+                    for name in (*options, "namespace", "near_cache")
+                    if str(exc).startswith(name + " ")
+                ),
+                "",
+            )
+            raise stampede.ConfigurationError(
+                f"flask_stampede: CACHE_OPTIONS{named} is invalid: {exc}"
+            ) from exc
         cache = cls(core, default_timeout, ignore_errors, config.get("CACHE_KEY_PREFIX") or "")
         cache._remade = made
         app.teardown_appcontext(cache._settle)

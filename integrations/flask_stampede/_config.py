@@ -13,7 +13,7 @@ import itsdangerous
 
 import stampede
 
-__all__ = ["Settings", "build_serializer", "event_hook", "signing_keys"]
+__all__ = ["Settings", "build_serializer", "event_hook", "near_cache", "signing_keys"]
 
 logger = logging.getLogger("flask_stampede")
 
@@ -38,6 +38,7 @@ _OWN = {
     "STAMPEDE_CACHE_HEADER",
     "STAMPEDE_CACHE_CONTROL",
     "STAMPEDE_ON_EVENT",
+    "STAMPEDE_NEAR_CACHE",
 }
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 
@@ -61,6 +62,30 @@ def event_hook(setting: Any, name: str = "STAMPEDE_ON_EVENT") -> stampede.EventH
         return stampede.hook_from(setting, name)
     except stampede.ConfigurationError as exc:
         raise stampede.ConfigurationError(f"flask_stampede: {exc}") from exc
+
+
+#: The keys of a dict near cache setting: stampede.NearCache's fields.
+_NEAR_CACHE_KEYS = ("max_entries", "max_bytes", "max_value_bytes")
+
+
+def near_cache(setting: Any, name: str = "STAMPEDE_NEAR_CACHE") -> stampede.NearCache | None:
+    """The near cache a setting asks for: ``None``, ``False`` or ``0`` (off),
+    ``True`` (the default bounds), a number of entries, a ``stampede.NearCache``,
+    or a dict of ``max_entries``, ``max_bytes`` and ``max_value_bytes``; or an
+    error naming the setting."""
+    if isinstance(setting, dict):
+        unknown = sorted((key for key in setting if key not in _NEAR_CACHE_KEYS), key=repr)
+        if unknown:
+            raise _bad(name, f"has no key {unknown[0]!r}; its keys are {', '.join(_NEAR_CACHE_KEYS)}")
+    try:
+        if isinstance(setting, dict):
+            return stampede.NearCache(**setting)
+        return stampede.NearCache.from_setting(setting)
+    except stampede.ConfigurationError as exc:
+        # Name the dict's key at fault (NearCache names its field).
+        named = [key for key in _NEAR_CACHE_KEYS if f"near_cache {key} " in str(exc)]
+        where = f"{name}[{named[0]!r}]" if named and isinstance(setting, dict) else name
+        raise _bad(where, f"is invalid: {exc}") from exc
 
 
 #: What the keys derived from the app's SECRET_KEY are salted with.
@@ -112,6 +137,7 @@ class Settings:
     cache_control: bool
     signing_keys: tuple[bytes, ...] | None = field(default=None, compare=False)  # never shown
     on_event: stampede.EventHook | None = None
+    near_cache: stampede.NearCache | None = None
 
     def __repr__(self) -> str:
         # Printed by error reporters and debuggers: no password in it.
@@ -119,17 +145,19 @@ class Settings:
         options = {name: "***" if name in hidden else value for name, value in self.redis_options.items()}
         return (
             f"Settings(redis_url={stampede.redact_url(self.redis_url)!r}, redis_options={options!r}, "
-            f"namespace={self.namespace!r}, options={self.options!r})"
+            f"namespace={self.namespace!r}, options={self.options!r}, near_cache={self.near_cache!r})"
         )
 
-    def core_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of the core's ``Stampede`` (sync and asyncio) for these settings."""
+    def core_kwargs(self, *, near: bool = True) -> dict[str, Any]:
+        """The keyword arguments of the core's ``Stampede`` (sync and asyncio) for
+        these settings; without the near cache if not ``near``."""
         return {
             "namespace": self.namespace,
             "options": self.options,
             "serializer": self.serializer,
             "signing_key": self.signing_keys,
             "on_event": self.on_event,
+            "near_cache": self.near_cache if near else None,
         }
 
     @classmethod
@@ -168,6 +196,9 @@ class Settings:
             raise _bad(
                 "STAMPEDE_CACHE_HEADER", f"must be a header name such as 'X-Cache', or None, got {header!r}"
             )
+        near = near_cache(config.get("STAMPEDE_NEAR_CACHE"))
+        if near is not None and re.match(r"^rediss?\+cluster://", url):
+            raise _bad("STAMPEDE_NEAR_CACHE", "cannot be used with a Redis Cluster yet")
         cache_control = config.get("STAMPEDE_CACHE_CONTROL", False)
         if not isinstance(cache_control, bool):
             raise _bad("STAMPEDE_CACHE_CONTROL", f"must be True or False, got {cache_control!r}")
@@ -181,4 +212,5 @@ class Settings:
             cache_control=cache_control,
             signing_keys=signing_keys(config),
             on_event=event_hook(config.get("STAMPEDE_ON_EVENT")),
+            near_cache=near,
         )

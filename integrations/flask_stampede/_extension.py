@@ -66,7 +66,11 @@ class _State:
 
         def build() -> stampede.asyncio.Stampede:
             client = stampede.asyncio.redis_client(settings.redis_url, **settings.redis_options)
-            return stampede.asyncio.Stampede(client, **settings.core_kwargs())
+            # No near cache: Flask runs each async view or function on an event
+            # loop of its own, where one would start empty and cost a
+            # connection (CLIENT TRACKING) per call. Coherent all the same:
+            # the blocking core's copies are dropped on this one's writes.
+            return stampede.asyncio.Stampede(client, **settings.core_kwargs(near=False))
 
         return stampede.asyncio.for_running_loop(id(self), build)
 
@@ -112,7 +116,8 @@ class Stampede:
         try:
             core = stampede.Stampede(client, **settings.core_kwargs())
         except stampede.ConfigurationError as exc:
-            setting = "STAMPEDE_NAMESPACE" if str(exc).startswith("namespace") else "STAMPEDE_REDIS_OPTIONS"
+            named = {"namespace": "STAMPEDE_NAMESPACE", "near_cache": "STAMPEDE_NEAR_CACHE"}
+            setting = named.get(str(exc).split(" ", 1)[0], "STAMPEDE_REDIS_OPTIONS")
             raise stampede.ConfigurationError(f"flask_stampede: {setting} is invalid: {exc}") from exc
         app.extensions["stampede"] = _State(settings, core)
 
