@@ -453,10 +453,13 @@ class StampedeBase:
             return Lookup(entry)
         return Lookup(None)
 
-    def _near_hit(self, keys: Keys, raw: bytes, options: Options) -> Entry | None:
-        """The entry a near copy holds, if it is served as it is (see
-        :meth:`_is_hit`); else ``None``: Redis decides (a stale copy, or one
-        drawn for early refresh, takes the flow through Redis as usual)."""
+    def _near_lookup(self, keys: Keys, raw: bytes, options: Options) -> Entry | Lookup | None:
+        """What a near copy holds: the :class:`Entry` to serve (a hit, see
+        :meth:`_is_hit`), or, stale or drawn for early refresh, the
+        :class:`Lookup` the flow starts from, as from a ``GET`` (Redis holds
+        the same: the copy would have been dropped otherwise). So while
+        another caller refreshes the key, the stale value is served from the
+        process. ``None``: unreadable, read it from Redis."""
         try:
             entry = self._decode_raw(keys.value, raw)
         except CorruptEntryError:
@@ -468,7 +471,7 @@ class StampedeBase:
             if self._on_event is not None:
                 self._emit(keys, EventKind.NEAR_HIT)
             return entry
-        return None
+        return Lookup(entry)
 
     def _near_store(self) -> NearStore | None:
         """The near cache's store, if there is one (made by the driver, which

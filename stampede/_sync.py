@@ -236,9 +236,11 @@ class Stampede(Operations):
             elif self._subscriber.quiet():
                 raw = near.get(keys.value)
                 if raw is not None:
-                    entry = self._near_hit(keys, raw, options)
-                    if entry is not None:
-                        return entry.value  # type: ignore[no-any-return]
+                    near_found = self._near_lookup(keys, raw, options)
+                    if isinstance(near_found, Entry):
+                        return near_found.value  # type: ignore[no-any-return]
+                    if near_found is not None:
+                        return self._single_flight(keys, options, near_found, rebuild)
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
@@ -258,9 +260,9 @@ class Stampede(Operations):
             elif self._subscriber.quiet():
                 raw = near.get(keys.value)
                 if raw is not None:
-                    entry = self._near_hit(keys, raw, options)
-                    if entry is not None:
-                        return entry
+                    near_found = self._near_lookup(keys, raw, options)
+                    if near_found is not None:
+                        return near_found
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:

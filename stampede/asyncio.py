@@ -163,9 +163,9 @@ class Stampede(AsyncOperations):
             elif self._subscriber.quiet() or await self._subscriber.settled():
                 raw = near.get(keys.value)
                 if raw is not None:
-                    entry = self._near_hit(keys, raw, options)
-                    if entry is not None:
-                        return entry
+                    near_found = self._near_lookup(keys, raw, options)
+                    if near_found is not None:
+                        return near_found
         try:
             raw = await self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:

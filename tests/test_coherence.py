@@ -31,11 +31,13 @@ WRITES = 300
 ctx = multiprocessing.get_context("spawn")
 
 
-def start_writer(url: str, namespace: str) -> tuple[Any, Any]:
+def start_writer(url: str, namespace: str) -> tuple[Any, Any, Any]:
+    """The writer process (it writes once ``go`` is set) and its ``written``."""
+    go = ctx.Event()
     written = ctx.Value("q", 0, lock=False)
-    writer = ctx.Process(target=write_in_turn, args=(url, namespace, "k", WRITES, 0.002, written))
+    writer = ctx.Process(target=write_in_turn, args=(url, namespace, "k", WRITES, 0.002, go, written))
     writer.start()
-    return writer, written
+    return writer, go, written
 
 
 @pytest.mark.parametrize("near_cache", [None, 100], ids=["plain", "near-cache"])
@@ -50,8 +52,7 @@ def test_threads_never_read_older_than_a_write_that_returned(
     old: list[tuple[int, int]] = []
     reads = [0]
     start = threading.Barrier(CROWD + 1)
-    writer, written = start_writer(redis_url, namespace)
-    wait_until(lambda: written.value > 0)
+    writer, go, written = start_writer(redis_url, namespace)
 
     def read_in_a_loop() -> None:
         start.wait()
@@ -66,6 +67,7 @@ def test_threads_never_read_older_than_a_write_that_returned(
     for thread in threads:
         thread.start()
     start.wait()
+    go.set()  # every reader reads at least once before the last write
     for thread in threads:
         thread.join(60)
     writer.join(30)
@@ -93,9 +95,8 @@ def test_tasks_never_read_older_than_a_write_that_returned(
             await asyncio.sleep(0.01)
         old: list[tuple[int, int]] = []
         reads = 0
-        writer, written = start_writer(redis_url, namespace)
-        while written.value == 0:
-            await asyncio.sleep(0.01)
+        writer, go, written = start_writer(redis_url, namespace)
+        go.set()  # every task reads at least once before the last write
 
         async def read_in_a_loop() -> None:
             nonlocal reads

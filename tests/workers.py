@@ -76,11 +76,14 @@ def hold_lease(url: str, namespace: str, key: str, lease_ttl: float, delay: floa
     queue.put((result, events))
 
 
-def write_in_turn(url: str, namespace: str, key: str, count: int, interval: float, written: Any) -> None:
-    """``set`` ``key`` to 1, 2... ``count``, publishing in ``written`` each
-    number whose ``set`` has returned."""
+def write_in_turn(
+    url: str, namespace: str, key: str, count: int, interval: float, go: Any, written: Any
+) -> None:
+    """Once ``go`` is set, ``set`` ``key`` to 1, 2... ``count``, publishing in
+    ``written`` each number whose ``set`` has returned."""
     client = redis.Redis.from_url(url, socket_timeout=10)
     sf = stampede.Stampede(client, namespace=namespace)
+    go.wait(60)
     for i in range(1, count + 1):
         sf.set(key, i, ttl=60)
         written.value = i
