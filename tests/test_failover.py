@@ -25,7 +25,7 @@ from stampede import Event, EventKind
 from stampede._keys import KeySpace
 from stampede.testing import find_valkey_server
 from tests.failing import Failing
-from tests.helpers import run_threads
+from tests.helpers import run_threads, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -237,3 +237,39 @@ def _collected() -> Iterator[None]:
     # Sockets left open show up as warnings of the test that leaked them.
     yield
     gc.collect()
+
+
+@pytest.mark.parametrize("failing", ["sentinel-redis", "sentinel-valkey"], indirect=True)
+def test_a_near_cache_is_dropped_in_a_failover_and_coherent_with_the_new_master(
+    failing: Failing, namespace: str
+) -> None:
+    reader = stampede.Stampede.from_url(failing.url, namespace=namespace, near_cache=100, **OPTIONS)
+    writer = stampede.Stampede.from_url(failing.url, namespace=namespace, **OPTIONS)
+    near = reader._near
+    assert near is not None
+    wait_until(lambda: near.live, 10)
+    writer.set("k", "before")
+
+    def kept(value: str) -> bool:
+        return reader.get_or_rebuild("k", lambda: "rebuilt") == value and len(near) == 1
+
+    wait_until(lambda: kept("before"))
+    flushes = near.counts["flushes"]
+    failing.kill_master_of(KeySpace(namespace)("k").value)
+    wait_until(lambda: near.counts["flushes"] > flushes, 30)  # the old master's connection is gone
+    wait_until(lambda: _written(writer, "after"), 30)  # to the promoted master
+    assert reader.get_or_rebuild("k", lambda: "rebuilt") == "after"
+    wait_until(lambda: near.live and kept("after"), 30)  # tracking again, on the new master
+    for i in range(20):
+        writer.set("k", f"new-{i}")
+        assert reader.get_or_rebuild("k", lambda: "rebuilt") == f"new-{i}"
+    reader.close()
+    writer.close()
+
+
+def _written(sf: stampede.Stampede, value: str) -> bool:
+    try:
+        sf.set("k", value)
+    except stampede.RedisUnavailableError:
+        return False
+    return True
