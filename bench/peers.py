@@ -1,7 +1,10 @@
 """The peers: what a user would pick instead of stampede, each used as its documentation suggests.
 
 Parent side: :data:`PEERS`, one :class:`PeerSpec` per peer (its name for
-``--peer``, its labels, the packages it needs, how it is configured).
+``--peer``, its labels, the packages it needs, how it is configured): those
+defined here, and those of :mod:`bench.herdpeers` and :mod:`bench.nearpeers`.
+What they share (:class:`PeerSpec`, :class:`SyncPeer`, :class:`AsyncPeer`) is
+in :mod:`bench._peerbase`, re-exported here.
 
 Worker side: :func:`open_sync` and :func:`open_async` build a peer in a worker
 process. A peer's ``session(phase, rebuild)`` is a context manager around one
@@ -14,16 +17,31 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.metadata
-import importlib.util
 import pickle
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, cast
 
 import redis
 
+from . import herdpeers, nearpeers
+from ._peerbase import (
+    LOCK_TIMEOUT,
+    NEAR_ENTRIES,
+    SIGNING_KEY,
+    SOCKET_TIMEOUT,
+    STALE_TTL,
+    WAIT_TIMEOUT,
+    AsyncPeer,
+    AsyncRebuild,
+    PeerSpec,
+    SyncPeer,
+    SyncRebuild,
+    add_django_cache,
+    naive_get,
+    plain_async_client,
+    warm_pool,
+)
 from ._phase import Phase
 from ._workload import NAMESPACE
 
@@ -40,81 +58,11 @@ __all__ = [
     "open_async",
     "open_sync",
     "spec",
+    "warm_pool",
 ]
 
-#: Seconds a stale value stays servable, for the peers that can serve one (stampede, dogpile).
-STALE_TTL = 30
-#: Seconds a lock lives if its holder dies: stampede's default ``lease_ttl``, given to every lock.
-LOCK_TIMEOUT = 5
-#: Seconds a caller waits for someone else's rebuild: stampede's default ``wait_timeout``.
-WAIT_TIMEOUT = 10
-#: Every client's socket timeout: long, so that a loaded 2-core machine does not turn into errors.
-SOCKET_TIMEOUT = 30.0
-#: The signed stampede peers' ``signing_key``: fixed, 32 bytes (stampede wants at least 16).
-SIGNING_KEY = b"bench-signing-key-" + b"0" * 14
 
-SyncRebuild = Callable[[], Any]
-AsyncRebuild = Callable[[], Awaitable[Any]]
-
-
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ImportError:  # a dotted name whose parent package is missing
-        return False
-
-
-@dataclass(frozen=True)
-class PeerSpec:
-    """One peer as the parent sees it.
-
-    Attributes:
-        name: its ``--peer`` name.
-        label: its name in the tables (Markdown).
-        short: its name on the plot.
-        modules: what must be importable to run it.
-        distributions: the packages whose versions the notes give.
-        is_async: its callers are asyncio tasks rather than threads.
-        stale: it can serve the old value while one caller refreshes (it is given ``STALE_TTL``).
-        config: how it is configured, for the notes (Markdown).
-        scenarios: the scenarios it runs in (``hit``, ``cold``, ``hot``); ``None``: all of them.
-            A peer that only varies another on one axis runs where that axis shows, so as not
-            to repeat the other's rows elsewhere (and lengthen the run).
-    """
-
-    name: str
-    label: str
-    short: str
-    modules: tuple[str, ...]
-    distributions: tuple[str, ...]
-    is_async: bool
-    stale: bool
-    config: str
-    scenarios: tuple[str, ...] | None = None
-
-    def runs(self, scenario: str) -> bool:
-        """Whether it takes part in ``scenario``."""
-        return self.scenarios is None or scenario in self.scenarios
-
-    def missing(self) -> list[str]:
-        """The modules of :attr:`modules` that cannot be imported here."""
-        return [module for module in self.modules if not _importable(module)]
-
-    def versions(self) -> str:
-        found = []
-        for dist in self.distributions:
-            with contextlib.suppress(importlib.metadata.PackageNotFoundError):
-                found.append(f"{dist} {importlib.metadata.version(dist)}")
-        return ", ".join(found)
-
-    def row_label(self, row: str) -> str:
-        return f"{self.label}, `background=True`" if row.endswith("+background") else self.label
-
-    def row_short(self, row: str) -> str:
-        return f"{self.short} (background)" if row.endswith("+background") else self.short
-
-
-PEERS: tuple[PeerSpec, ...] = (
+_OTHERS: tuple[PeerSpec, ...] = (
     PeerSpec(
         name="naive",
         label="naive cache-aside",
@@ -127,6 +75,7 @@ PEERS: tuple[PeerSpec, ...] = (
             "`GET`; on a miss rebuild, then `SET key value EX ttl`; values pickled. One redis-py client "
             "per process, its pool shared by the 16 threads."
         ),
+        coherence=True,
     ),
     PeerSpec(
         name="django",
@@ -196,6 +145,37 @@ PEERS: tuple[PeerSpec, ...] = (
             "timeout."
         ),
     ),
+)
+
+
+@functools.cache
+def _asyncio_near_cache() -> str | None:
+    """Why ``stampede.asyncio.Stampede(client, near_cache=...)`` cannot run here, if it cannot: the
+    constructor is asked (no connection is made)."""
+    import asyncio
+
+    import redis.asyncio
+
+    import stampede
+    import stampede.asyncio
+
+    async def construct() -> None:
+        client = redis.asyncio.Redis()
+        try:
+            sf = stampede.asyncio.Stampede(client, namespace=NAMESPACE, near_cache=NEAR_ENTRIES)
+            with contextlib.suppress(redis.RedisError, OSError):
+                await sf.aclose()
+        finally:
+            await client.aclose()
+
+    try:
+        asyncio.run(construct())
+    except stampede.ConfigurationError as exc:
+        return f"this stampede.asyncio refuses `near_cache=` ({exc})"
+    return None
+
+
+_STAMPEDE: tuple[PeerSpec, ...] = (
     PeerSpec(
         name="stampede",
         label="stampede `get_or_rebuild` (sync)",
@@ -210,6 +190,7 @@ PEERS: tuple[PeerSpec, ...] = (
             f"their defaults (`lease_ttl={LOCK_TIMEOUT}`, `wait_timeout={WAIT_TIMEOUT}`). The background "
             "row adds `background=True`."
         ),
+        coherence=True,
     ),
     PeerSpec(
         name="stampede-signed",
@@ -225,6 +206,23 @@ PEERS: tuple[PeerSpec, ...] = (
             "on every read. Run in the hit scenario only (cold and hot would repeat stampede's rows)."
         ),
         scenarios=("hit",),
+    ),
+    PeerSpec(
+        name="stampede-near",
+        label="stampede `get_or_rebuild`, `near_cache=` (sync)",
+        short="stampede near cache",
+        modules=("stampede", "redis"),
+        distributions=("redis-stampede",),
+        is_async=False,
+        stale=True,
+        config=(
+            f"as stampede (sync), with `stampede.Stampede(redis.Redis(...), near_cache={NEAR_ENTRIES})`: "
+            "each process keeps the stored bytes of the values it read, kept coherent by `CLIENT "
+            "TRACKING` (broadcast on the namespace's prefix) on its subscriber connection. Run in the "
+            "hit and hot scenarios and in coherence."
+        ),
+        scenarios=("hit", "hot"),
+        coherence=True,
     ),
     PeerSpec(
         name="stampede-asyncio",
@@ -256,7 +254,26 @@ PEERS: tuple[PeerSpec, ...] = (
         ),
         scenarios=("hit",),
     ),
+    PeerSpec(
+        name="stampede-asyncio-near",
+        label="stampede.asyncio `get_or_rebuild`, `near_cache=`",
+        short="stampede asyncio near cache",
+        modules=("stampede", "redis"),
+        distributions=("redis-stampede",),
+        is_async=True,
+        stale=True,
+        config=(
+            "as stampede.asyncio, with `stampede.asyncio.Stampede(redis.asyncio.Redis(...), "
+            f"near_cache={NEAR_ENTRIES})`. Run in the hit and hot scenarios and in coherence."
+        ),
+        scenarios=("hit", "hot"),
+        coherence=True,
+        check=_asyncio_near_cache,
+    ),
 )
+
+#: Every peer, in the order of the tables: the others, then stampede's.
+PEERS: tuple[PeerSpec, ...] = (*_OTHERS, *herdpeers.PEERS, *nearpeers.PEERS, *_STAMPEDE)
 
 
 #: Why a peer shows what :func:`bench.summary.observations` finds, by peer and finding. Said only
@@ -285,6 +302,32 @@ WHY: dict[str, dict[str, str]] = {
         "some rebuild more than once; nothing coordinates the misses otherwise",
         "hit": "a memoized call reads the version key and then the value, and hashes its arguments",
     },
+    "cashews-lock": {
+        "expiry": "every call takes the key's lock, hits too, and a caller that finds it taken tries "
+        "again at once: the callers of an expiry get their value one after another",
+        "hit": "every call takes the key's lock (`SET NX`) and releases it (a script), hits too",
+    },
+    "cashews-soft": {
+        "rebuilds": "no lock across processes: past the soft TTL each process rebuilds (its calls of "
+        "one key share one task), and its callers wait for that",
+        "hit": "a call goes through cashews' decorators and a task of its own (`protected=True`)",
+    },
+    "cashews-early": {
+        "rebuilds": "a missing key is rebuilt by every process that misses it (its calls share one "
+        "task); only a refresh past `early_ttl` is taken by one caller",
+        "hit": "a call goes through cashews' decorators and a task of its own (`protected=True`)",
+    },
+    "cashews-near": {"rebuilds": "no lock: each process rebuilds a missing key (its calls share one task)"},
+    "aiocache": {
+        "rebuilds": "`RedLock` makes only the callers in the lock holder's process wait (on an "
+        "`asyncio.Event`): callers in the other processes go ahead and rebuild"
+    },
+    "django-herd": {
+        "rebuilds": "nothing locks: every caller that misses rebuilds, and past a value's own expiry "
+        "each `get` is a miss with a probability that grows with the seconds since"
+    },
+    "redis-py-cache": {"rebuilds": "cache-aside: nothing coordinates the misses"},
+    "coredis-cache": {"rebuilds": "cache-aside: nothing coordinates the misses"},
 }
 
 
@@ -298,40 +341,15 @@ def spec(name: str) -> PeerSpec:
 # --- worker side: blocking peers ---------------------------------------------
 
 
-class SyncPeer:
-    """A peer driven by threads. Subclasses implement :meth:`request`."""
-
-    def request(self, phase: Phase, rebuild: SyncRebuild) -> Callable[[], Any]:
-        raise NotImplementedError
-
-    @contextlib.contextmanager
-    def session(self, phase: Phase, rebuild: SyncRebuild) -> Iterator[Callable[[], Any]]:
-        """One caller's part of ``phase``: yields what makes one request."""
-        yield self.request(phase, rebuild)
-
-    def drain(self) -> None:
-        """Wait for work still running in the background (none, but for stampede's)."""
-
-    def close(self) -> None:
-        """Release the peer's connections."""
-
-
-def _naive_get(client: redis.Redis, key: str, ttl: int, rebuild: SyncRebuild) -> Any:
-    """Cache-aside as most code writes it: no lock, every miss rebuilds."""
-    raw = cast("bytes | None", client.get(key))
-    if raw is not None:
-        return pickle.loads(raw)
-    value = rebuild()
-    client.set(key, pickle.dumps(value, pickle.HIGHEST_PROTOCOL), ex=ttl)
-    return value
-
-
 class _Naive(SyncPeer):
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
 
     def request(self, phase: Phase, rebuild: SyncRebuild) -> Callable[[], Any]:
-        return functools.partial(_naive_get, self.client, phase.key, phase.ttl, rebuild)
+        return functools.partial(naive_get, self.client, phase.key, phase.ttl, rebuild)
+
+    def write(self, phase: Phase, value: Any) -> None:
+        self.client.set(phase.key, pickle.dumps(value, pickle.HIGHEST_PROTOCOL), ex=phase.ttl)
 
 
 def _locked_get(client: redis.Redis, key: str, ttl: int, rebuild: SyncRebuild) -> Any:
@@ -362,21 +380,15 @@ class _RedisLock(_Naive):
 
 class _Django(SyncPeer):
     def __init__(self, url: str, prefix: str) -> None:
-        import django
-        from django.conf import settings
-
-        # A worker process runs one Django peer, on one server, so configuring once is enough.
-        settings.configure(
-            CACHES={
-                "default": {
-                    "BACKEND": "django.core.cache.backends.redis.RedisCache",
-                    "LOCATION": url,
-                    "KEY_PREFIX": f"{prefix}django",
-                    "OPTIONS": {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": 10.0},
-                }
+        add_django_cache(
+            "default",
+            {
+                "BACKEND": "django.core.cache.backends.redis.RedisCache",
+                "LOCATION": url,
+                "KEY_PREFIX": f"{prefix}django",
+                "OPTIONS": {"socket_timeout": SOCKET_TIMEOUT, "socket_connect_timeout": 10.0},
             },
         )
-        django.setup()
 
     def request(self, phase: Phase, rebuild: SyncRebuild) -> Callable[[], Any]:
         from django.core.cache import caches
@@ -478,33 +490,26 @@ def _stampede_options(phase: Phase) -> dict[str, Any]:
 
 
 class _Stampede(SyncPeer):
-    def __init__(self, client: redis.Redis, *, signing_key: bytes | None = None) -> None:
+    def __init__(
+        self, client: redis.Redis, *, signing_key: bytes | None = None, near_cache: int | None = None
+    ) -> None:
         import stampede
 
-        self.sf = stampede.Stampede(client, namespace=NAMESPACE, signing_key=signing_key)
+        self.sf = stampede.Stampede(
+            client, namespace=NAMESPACE, signing_key=signing_key, near_cache=near_cache
+        )
 
     def request(self, phase: Phase, rebuild: SyncRebuild) -> Callable[[], Any]:
         return functools.partial(self.sf.get_or_rebuild, phase.key, rebuild, **_stampede_options(phase))
+
+    def write(self, phase: Phase, value: Any) -> None:
+        self.sf.set(phase.key, value, ttl=phase.ttl, stale_ttl=phase.stale_ttl)
 
     def drain(self) -> None:
         self.sf.close()  # waits for background refreshes: they add to the records
 
     def close(self) -> None:
         self.sf.close()
-
-
-def warm_pool(pool: Any, size: int) -> None:
-    """Open ``size`` connections now, so that no measured request pays for a TCP connect.
-
-    The pool connects (and checks) every connection it hands out.
-    """
-    connections = []
-    try:
-        for _ in range(size):
-            connections.append(pool.get_connection())
-    finally:
-        for connection in connections:
-            pool.release(connection)
 
 
 def open_sync(
@@ -526,47 +531,33 @@ def open_sync(
         return _Stampede(client)
     if name == "stampede-signed":
         return _Stampede(client, signing_key=SIGNING_KEY)
-    raise KeyError(f"no blocking peer named {name!r}")
+    if name == "stampede-near":
+        return _Stampede(client, near_cache=NEAR_ENTRIES)
+    peer = herdpeers.open_sync(name, url, prefix=prefix, pool_size=pool_size) or nearpeers.open_sync(
+        name, url, prefix=prefix, pool_size=pool_size
+    )
+    if peer is None:
+        raise KeyError(f"no blocking peer named {name!r}")
+    return peer
 
 
 # --- worker side: asyncio peers ----------------------------------------------
 
 
-class AsyncPeer:
-    """A peer driven by asyncio tasks, on the worker's event loop. ``client`` is its
-    ``redis.asyncio`` client, which the benchmark also uses to count rebuilds."""
-
-    client: Any
-
-    def request(self, phase: Phase, rebuild: AsyncRebuild) -> Callable[[], Awaitable[Any]]:
-        raise NotImplementedError
-
-    @contextlib.asynccontextmanager
-    async def session(
-        self, phase: Phase, rebuild: AsyncRebuild
-    ) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
-        yield self.request(phase, rebuild)
-
-    async def drain(self) -> None:
-        pass
-
-    async def aclose(self) -> None:
-        await self.client.aclose()
-
-
 class _StampedeAsyncio(AsyncPeer):
-    def __init__(self, url: str, *, signing_key: bytes | None = None) -> None:
-        import redis.asyncio
-
+    def __init__(self, url: str, *, signing_key: bytes | None = None, near_cache: int | None = None) -> None:
         import stampede.asyncio
 
-        self.client = redis.asyncio.Redis.from_url(
-            url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=10.0
+        self.client = plain_async_client(url)
+        self.sf = stampede.asyncio.Stampede(
+            self.client, namespace=NAMESPACE, signing_key=signing_key, near_cache=near_cache
         )
-        self.sf = stampede.asyncio.Stampede(self.client, namespace=NAMESPACE, signing_key=signing_key)
 
     def request(self, phase: Phase, rebuild: AsyncRebuild) -> Callable[[], Awaitable[Any]]:
         return functools.partial(self.sf.get_or_rebuild, phase.key, rebuild, **_stampede_options(phase))
+
+    async def write(self, phase: Phase, value: Any) -> None:
+        await self.sf.set(phase.key, value, ttl=phase.ttl, stale_ttl=phase.stale_ttl)
 
     async def drain(self) -> None:
         await self.sf.aclose()
@@ -578,12 +569,7 @@ class _StampedeAsyncio(AsyncPeer):
 
 async def open_async(name: str, url: str, *, pool_size: int) -> AsyncPeer:
     """Build the asyncio peer ``name``; call it on the event loop it will run on."""
-    if name == "stampede-asyncio":
-        peer = _StampedeAsyncio(url)
-    elif name == "stampede-asyncio-signed":
-        peer = _StampedeAsyncio(url, signing_key=SIGNING_KEY)
-    else:
-        raise KeyError(f"no asyncio peer named {name!r}")
+    peer = await _open_async(name, url, pool_size=pool_size)
     pool = peer.client.connection_pool
     connections = []
     try:
@@ -592,4 +578,19 @@ async def open_async(name: str, url: str, *, pool_size: int) -> AsyncPeer:
     finally:
         for connection in connections:
             await pool.release(connection)
+    return peer
+
+
+async def _open_async(name: str, url: str, *, pool_size: int) -> AsyncPeer:
+    if name == "stampede-asyncio":
+        return _StampedeAsyncio(url)
+    if name == "stampede-asyncio-signed":
+        return _StampedeAsyncio(url, signing_key=SIGNING_KEY)
+    if name == "stampede-asyncio-near":
+        return _StampedeAsyncio(url, near_cache=NEAR_ENTRIES)
+    peer = await herdpeers.open_async(name, url, pool_size=pool_size) or await nearpeers.open_async(
+        name, url, pool_size=pool_size
+    )
+    if peer is None:
+        raise KeyError(f"no asyncio peer named {name!r}")
     return peer
