@@ -95,7 +95,12 @@ class AsyncSubscriber:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return  # made outside the event loop: started by the first quiet()
+            # Made outside the event loop: started by the first read, or
+            # told now if it runs (from another thread, then).
+            task = self._task
+            if task is not None and not task.done():
+                task.get_loop().call_soon_threadsafe(self._poked.set)
+            return
         self._start()
 
     def untrack(self, store: NearStore) -> None:
@@ -201,7 +206,7 @@ class AsyncSubscriber:
         abandoned = False
         try:
             channels = self._channels.resubscribed()
-            prefixes = [store.prefix for store in self._stores]
+            prefixes = sorted({store.prefix for store in self._stores})  # once each: see _subscriber
             self._retrack = False
             if prefixes and isinstance(link, _Classic):
                 if await link.track(prefixes, self._invalidated):

@@ -261,7 +261,8 @@ class Subscriber:
         try:
             with self._lock:
                 channels = self._channels.resubscribed()
-                prefixes = [store.prefix for store in self._stores]
+                # Once each: Redis refuses a prefix given twice (two instances, one namespace).
+                prefixes = sorted({store.prefix for store in self._stores})
                 self._retrack = False
             with self._io:
                 if prefixes and isinstance(link, _Classic):

@@ -305,3 +305,49 @@ def test_an_asyncio_instance_made_outside_the_event_loop_starts_tracking_on_its_
         return hits
 
     assert asyncio.run(main()) >= 10
+
+
+def test_two_instances_of_one_namespace_on_one_client_both_keep_coherent_copies(
+    redis_url: str, namespace: str, driver: str
+) -> None:
+    first = DRIVERS[driver](redis_url, namespace=namespace, near_cache=10)
+    second = first.sf.__class__(first.client, namespace=namespace, near_cache=10)  # the same client
+    writer = DRIVERS["sync"](redis_url, namespace=namespace)
+    try:
+        wait_until(lambda: first._near.live and second._near.live)
+        for i in range(20):
+            writer.set("k", i, ttl=60)
+            assert first.get_or_rebuild("k", Rebuilds(), ttl=60) == i
+            if driver == "sync":
+                assert second.get_or_rebuild("k", Rebuilds(), ttl=60) == i
+            else:
+                assert first.run(second.get_or_rebuild("k", Rebuilds(), ttl=60)) == i
+    finally:
+        if driver == "sync":
+            second.close()
+        else:
+            first.run(second.aclose())
+        first.close()
+        writer.close()
+
+
+def test_a_copy_is_dropped_when_redis_evicts_the_key(server: Any, protocol: int, namespace: str) -> None:
+    reader = DRIVERS["sync"](
+        server.url, redis_options={"protocol": protocol}, namespace=namespace, near_cache=10
+    )
+    with redis.Redis.from_url(server.url) as admin:
+        try:
+            wait_until(lambda: reader._near.live)
+            reader.set("k", "x" * 1000, ttl=600)
+            wait_until(lambda: reader.get_or_rebuild("k", Rebuilds(), ttl=600) and len(reader._near) == 1)
+            admin.config_set("maxmemory-policy", "allkeys-random")
+            admin.config_set("maxmemory", admin.info("memory")["used_memory"] + 2_000_000)
+            filler = 0
+            while admin.exists(reader.sf._keys("k").value):  # until Redis evicts it
+                admin.set(f"filler:{filler}", b"y" * 10_000)
+                filler += 1
+            wait_until(lambda: len(reader._near) == 0)  # told by an invalidation
+            assert reader.get_or_rebuild("k", lambda: "rebuilt", ttl=600) == "rebuilt"
+        finally:
+            admin.config_set("maxmemory", 0)
+            reader.close()
