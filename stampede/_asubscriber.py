@@ -89,7 +89,7 @@ class AsyncSubscriber:
     def track(self, store: NearStore) -> None:
         """Keep ``store`` coherent: invalidations of its prefix drop its copies.
         It is live (served from) once tracking is on and confirmed; the
-        listener starts at the first :meth:`quiet` on a running event loop."""
+        listener starts now, or (made off the event loop) on the first read."""
         self._stores.append(store)
         self._retrack = True
         try:
