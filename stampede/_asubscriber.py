@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
+import time
 import weakref
 from typing import Any
 
@@ -27,7 +28,7 @@ import redis.exceptions
 from ._aoperations import ask_sharded
 from ._channels import Channels, Shards, WatchBase
 from ._events import logger
-from ._near import NearStore
+from ._near import HEARTBEAT_SECONDS, Heartbeat, NearStore
 from ._nodes import node_client
 from ._subscriber import INVALIDATIONS
 
@@ -38,6 +39,8 @@ _MAX_BACKOFF = 1.0
 #: Turns of the event loop a near read gives the listener to read what is
 #: pending: the socket is read on one, the listener runs on the next.
 _SETTLE_TURNS = 4
+#: Seconds a connection is given to close cleanly before its socket is closed.
+_CLOSE_SECONDS = 1.0
 
 
 class AsyncWatch(WatchBase[asyncio.Event]):
@@ -72,6 +75,7 @@ class AsyncSubscriber:
         self._stores: list[NearStore] = []
         self._retrack = False  # a store was added: the link starts over with its prefix
         self._live_link: _Classic | None = None
+        self._heartbeat = Heartbeat()
 
     def _start(self) -> None:
         if self._task is None or self._task.done():
@@ -113,7 +117,7 @@ class AsyncSubscriber:
         copy may be served: what every near hit asks first. ``False``: go to
         Redis (which lets the listener task read what is pending)."""
         link = self._live_link
-        if link is None:
+        if link is None or not self._heartbeat.quiet(time.monotonic()):
             return False
         return not link.pending()
 
@@ -145,6 +149,7 @@ class AsyncSubscriber:
 
     def _set_live(self, link: _Classic | _Sharded) -> None:
         if isinstance(link, _Classic):
+            self._heartbeat.live(time.monotonic())
             self._live_link = link
             for store in list(self._stores):
                 store.flush(live=True)
@@ -168,11 +173,16 @@ class AsyncSubscriber:
         self._stopping = True
         self._poked.set()
         try:
-            await asyncio.wait({task}, timeout=1.0)
+            # Its connections close within _CLOSE_SECONDS each.
+            await asyncio.wait({task}, timeout=4 * _CLOSE_SECONDS)
+            if not task.done():
+                connections = self.connections()
+                task.cancel()
+                await asyncio.wait({task}, timeout=_CLOSE_SECONDS)
+                if not task.done():
+                    close_sockets(connections)  # not left open when the loop closes
         finally:
             self._stopping = False
-        if not task.done():
-            task.cancel()
 
     async def _run(self) -> None:
         backoff = 0.05
@@ -235,8 +245,11 @@ class AsyncSubscriber:
                 if poked is None:
                     self._poked.clear()
                     poked = asyncio.ensure_future(self._poked.wait())
+                tracking = isinstance(link, _Classic) and link.tracking
                 done, _ = await asyncio.wait(
-                    {*reads.values(), poked}, timeout=1.0, return_when=asyncio.FIRST_COMPLETED
+                    {*reads.values(), poked},
+                    timeout=HEARTBEAT_SECONDS if tracking else 1.0,
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
                 if poked in done:
                     poked = None
@@ -244,10 +257,18 @@ class AsyncSubscriber:
                     if read in done:
                         del reads[pubsub]
                         read.result()  # raises what the read raised
-                if isinstance(link, _Classic) and link.tracking and not link.same_stream():
-                    # redis-py reconnected on its own, without tracking: what was
-                    # written meanwhile was never told. Start over.
-                    raise redis.exceptions.ConnectionError("the tracking connection was replaced")
+                if tracking:
+                    assert isinstance(link, _Classic)
+                    if not link.same_stream():
+                        # redis-py reconnected on its own, without tracking: what was
+                        # written meanwhile was never told. Start over.
+                        raise redis.exceptions.ConnectionError("the tracking connection was replaced")
+                    try:
+                        payload = self._heartbeat.due(time.monotonic())
+                    except TimeoutError as exc:
+                        raise redis.exceptions.TimeoutError(str(exc)) from None
+                    if payload is not None:
+                        await link.ping(payload)
         except GeneratorExit:
             # This task was destroyed with its event loop: nothing can be
             # awaited any more, so the sockets are closed as they are.
@@ -271,6 +292,9 @@ class AsyncSubscriber:
         :meth:`quiet`."""
         message = await pubsub.get_message(timeout=None)
         link.check(message)
+        if message is not None and message.get("type") == "pong":
+            if self._heartbeat.answered(message.get("data")):
+                return
         if message is not None and message.get("channel") == INVALIDATIONS:
             if message.get("type") == "message":
                 self._invalidated(message["data"])
@@ -341,6 +365,10 @@ class _Classic:
     def tracking(self) -> bool:
         return self._stream is not None
 
+    async def ping(self, payload: bytes) -> None:
+        """Send a PING beside the pending read; its answer comes as a ``pong``."""
+        await self._pubsub.ping(payload)
+
     def same_stream(self) -> bool:
         """Whether the connection is still the one tracking was turned on for."""
         connection = self._pubsub.connection
@@ -382,8 +410,12 @@ class _Classic:
 
     async def aclose(self) -> None:
         self._stream = None
+        connection = self._pubsub.connection
         with contextlib.suppress(BaseException):
-            await asyncio.shield(self._pubsub.aclose())
+            # Bounded: closing waits for unsent bytes, which a stalled peer never takes.
+            await asyncio.wait_for(asyncio.shield(self._pubsub.aclose()), _CLOSE_SECONDS)
+        if connection is not None and connection._writer is not None:
+            close_sockets([connection])
 
 
 class _Sharded:
@@ -440,9 +472,23 @@ def close_sockets(connections: list[Any]) -> None:
 
 async def _close(pubsub: Any) -> None:
     """Close a pub/sub connection and the pool of the node client it came from."""
+    pool = pubsub.connection_pool
+    connections = [
+        pubsub.connection,
+        *getattr(pool, "_available_connections", ()),
+        *getattr(pool, "_in_use_connections", ()),
+    ]
     with contextlib.suppress(BaseException):
-        await asyncio.shield(pubsub.aclose())
-        await pubsub.connection_pool.disconnect()
+        await asyncio.wait_for(asyncio.shield(pubsub.aclose()), _CLOSE_SECONDS)
+        await asyncio.wait_for(asyncio.shield(pool.disconnect()), _CLOSE_SECONDS)
+    # Bounded: closing waits for unsent bytes, which a stalled peer never takes.
+    close_sockets(
+        [
+            connection
+            for connection in connections
+            if connection is not None and connection._writer is not None
+        ]
+    )
 
 
 _subscribers: weakref.WeakKeyDictionary[Any, AsyncSubscriber] = weakref.WeakKeyDictionary()

@@ -23,7 +23,17 @@ from typing import Any
 from ._events import EventKind
 from ._exceptions import ConfigurationError
 
-__all__ = ["NearCache", "NearStore"]
+__all__ = ["Heartbeat", "NearCache", "NearStore"]
+
+#: Seconds between the PINGs a tracking connection is sent.
+HEARTBEAT_SECONDS = 0.5
+#: Copies are served only while the tracking connection has answered a PING
+#: sent at most this long ago: a link that stalls without closing (a
+#: partition, a frozen peer) would otherwise leave them served, never told
+#: of writes. The bound on staleness when the link fails silently.
+SILENCE_SECONDS = 1.5
+#: A PING unanswered this long: the connection is given up and opened anew.
+DEAD_AFTER_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,58 @@ class NearCache:
 #: Told of what the store dropped: the event, and the value's name (``b""``
 #: for a flush). Called outside the store's lock.
 Report = Callable[[EventKind, bytes], None]
+
+
+class Heartbeat:
+    """PINGs on a tracking connection, and what their answers prove.
+
+    The connection delivers in order: once the answer to a PING sent at
+    ``t`` arrives, every invalidation Redis sent before ``t`` has arrived
+    too. :attr:`confirmed` is the latest such ``t`` (monotonic).
+    """
+
+    __slots__ = ("_count", "_last_sent", "_pending", "confirmed")
+
+    def __init__(self) -> None:
+        self.confirmed = float("-inf")
+        self._pending: tuple[bytes, float] | None = None
+        self._last_sent = float("-inf")
+        self._count = 0
+
+    def live(self, now: float) -> None:
+        """Tracking was confirmed on a new connection at ``now``."""
+        self.confirmed = now
+        self._pending = None
+        self._last_sent = now
+
+    def quiet(self, now: float) -> bool:
+        """Whether the connection answered recently enough to serve copies."""
+        return now - self.confirmed <= SILENCE_SECONDS
+
+    def due(self, now: float) -> bytes | None:
+        """The payload of the PING to send now, if one is due. Raises
+        ``TimeoutError`` when the last one went unanswered too long."""
+        pending = self._pending
+        if pending is not None:
+            if now - pending[1] > DEAD_AFTER_SECONDS:
+                raise TimeoutError(f"the tracking connection answered no PING for {DEAD_AFTER_SECONDS:g} s")
+            return None
+        if now - self._last_sent < HEARTBEAT_SECONDS:
+            return None
+        self._count += 1
+        payload = b"stampede-heartbeat-%d" % self._count
+        self._pending = (payload, now)
+        self._last_sent = now
+        return payload
+
+    def answered(self, payload: Any) -> bool:
+        """A ``pong`` came with ``payload``; returns whether it was ours."""
+        pending = self._pending
+        if pending is None or payload != pending[0]:
+            return False
+        self.confirmed = pending[1]
+        self._pending = None
+        return True
 
 
 class NearStore:

@@ -30,7 +30,7 @@ import redis.exceptions
 
 from ._channels import Channels, Shards, WatchBase
 from ._events import logger
-from ._near import NearStore
+from ._near import HEARTBEAT_SECONDS, Heartbeat, NearStore
 from ._nodes import node_client
 from ._operations import ask_sharded
 
@@ -75,6 +75,7 @@ class Subscriber:
         # that drains pending invalidations itself (see quiet()).
         self._io = threading.Lock()
         self._live_link: _Classic | None = None
+        self._heartbeat = Heartbeat()
 
     # --- what waiters call ---------------------------------------------------
 
@@ -110,7 +111,7 @@ class Subscriber:
         here, by the caller, rather than left for the listener thread, which
         the GIL may not schedule for milliseconds. ``False``: go to Redis."""
         link = self._live_link
-        if link is None:
+        if link is None or not self._heartbeat.quiet(time.monotonic()):
             return False
         if not link.pending(self._io):
             return True
@@ -156,6 +157,8 @@ class Subscriber:
                     if tracking and link.pending(None):  # type: ignore[union-attr]
                         continue
                     break
+                if message.get("type") == "pong" and self._heartbeat.answered(message.get("data")):
+                    continue
                 if message.get("channel") == INVALIDATIONS:
                     if message.get("type") == "message":
                         self._invalidated(message["data"])
@@ -167,6 +170,7 @@ class Subscriber:
 
     def _set_live(self, link: _Classic | _Sharded) -> None:
         if isinstance(link, _Classic):
+            self._heartbeat.live(time.monotonic())
             self._live_link = link
             for store in list(self._stores):
                 store.flush(live=True)
@@ -200,6 +204,7 @@ class Subscriber:
         self._thread = None
         self._wake_r = self._wake_w = None
         self._live_link = None
+        self._heartbeat = Heartbeat()
         self._retrack = bool(self._stores)
         for store in self._stores:
             store.forked()
@@ -292,13 +297,23 @@ class Subscriber:
                     with self._lock:
                         if not len(self._channels) and not self._channels.pending and not self._stores:
                             return False
-                self._sleep(*link.pubsubs())
+                tracking = isinstance(link, _Classic) and link.tracking
+                self._sleep(*link.pubsubs(), timeout=HEARTBEAT_SECONDS if tracking else 1.0)
                 with self._io:
                     self._drain(link)
-                if isinstance(link, _Classic) and link.tracking and not link.same_socket():
-                    # redis-py reconnected on its own, without tracking: what was
-                    # written meanwhile was never told. Start over.
-                    raise redis.exceptions.ConnectionError("the tracking connection was replaced")
+                if tracking:
+                    assert isinstance(link, _Classic)
+                    if not link.same_socket():
+                        # redis-py reconnected on its own, without tracking: what was
+                        # written meanwhile was never told. Start over.
+                        raise redis.exceptions.ConnectionError("the tracking connection was replaced")
+                    try:
+                        payload = self._heartbeat.due(time.monotonic())
+                    except TimeoutError as exc:
+                        raise redis.exceptions.TimeoutError(str(exc)) from None
+                    if payload is not None:
+                        with self._io:
+                            link.ping(payload)
         finally:
             self._set_dead()
             link.close()
@@ -313,14 +328,14 @@ class Subscriber:
                 return _Sharded(client)
         return _Classic(client)
 
-    def _sleep(self, *pubsubs: Any) -> None:
-        """Until a connection has data, a waiter pokes, or a second passes."""
+    def _sleep(self, *pubsubs: Any, timeout: float) -> None:
+        """Until a connection has data, a waiter pokes, or ``timeout`` passes."""
         reader = self._wake_r
         socks = [getattr(pubsub.connection, "_sock", None) for pubsub in pubsubs]
         if reader is None or None in socks:
             time.sleep(0.01)  # no socket to select on: poll
             return
-        readable, _, _ = select.select([*socks, reader], [], [], 1.0)
+        readable, _, _ = select.select([*socks, reader], [], [], timeout)
         if reader in readable:
             with contextlib.suppress(OSError):
                 reader.recv(4096)
@@ -401,6 +416,10 @@ class _Classic:
     def unsubscribe(self, channels: list[bytes]) -> None:
         if channels:
             self._pubsub.unsubscribe(*channels)
+
+    def ping(self, payload: bytes) -> None:
+        """Send a PING; its answer comes as a ``pong`` message."""
+        self._pubsub.ping(payload)
 
     def pubsubs(self) -> list[Any]:
         return [self._pubsub]

@@ -723,6 +723,12 @@ class Stampede(Operations):
         if self._owns_client:
             self._subscriber.close()
             self._client.close()
+            if self._cluster:
+                # redis-py's RedisCluster.close() leaves its nodes' pools open
+                # (their clients were given a pool, so they do not own it).
+                for node in self._client.get_nodes():
+                    if node.redis_connection is not None:
+                        node.redis_connection.connection_pool.disconnect()
             for owned in self._owned:
                 owned.close()
 

@@ -26,7 +26,7 @@ class SyncDriver:
 
     def __init__(self, url: str, *, redis_options: dict[str, Any] | None = None, **kwargs: Any) -> None:
         self.client = redis.Redis.from_url(
-            url, socket_timeout=5, socket_connect_timeout=5, **(redis_options or {})
+            url, **{"socket_timeout": 5, "socket_connect_timeout": 5, **(redis_options or {})}
         )
         self.sf = stampede.Stampede(self.client, **kwargs)
 
@@ -48,7 +48,7 @@ class AsyncDriver:
 
         async def build() -> stampede.asyncio.Stampede:
             client = redis.asyncio.Redis.from_url(
-                url, socket_timeout=5, socket_connect_timeout=5, **(redis_options or {})
+                url, **{"socket_timeout": 5, "socket_connect_timeout": 5, **(redis_options or {})}
             )
             return stampede.asyncio.Stampede(client, **kwargs)
 
@@ -68,6 +68,12 @@ class AsyncDriver:
         async def shutdown() -> None:
             await self.sf.aclose()
             await self.sf.client.aclose()
+            # As asyncio.run() ends: what is left (a listener still closing
+            # its connection) is cancelled and awaited, not destroyed unclosed.
+            left = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in left:
+                task.cancel()
+            await asyncio.gather(*left, return_exceptions=True)
 
         self.run(shutdown())
         self.loop.call_soon_threadsafe(self.loop.stop)

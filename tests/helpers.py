@@ -8,6 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import redis
+
 from stampede import PickleSerializer
 from stampede._envelope import encode
 
@@ -107,3 +109,10 @@ class Planted:
 def planted_pickle() -> bytes:
     """An unsigned envelope as stampede writes it, holding a pickle that runs code when loaded."""
     return encode(PickleSerializer(), Planted(), fresh_until=9e9, created_at=0.0, duration=0.0)
+
+
+def commands_processed(admin: redis.Redis) -> int:
+    """Commands the server has processed, its PINGs left out (the near cache's
+    heartbeats, health checks): each call counts itself too (an INFO)."""
+    stats = admin.info("commandstats")
+    return sum(int(stat["calls"]) for name, stat in stats.items() if name != "cmdstat_ping")

@@ -51,6 +51,7 @@ class FaultyProxy:
         self._frozen = False
         self._cut = False
         self._stop = threading.Event()
+        self._frozen_seen = threading.Event()  # set by the proxy's thread once frozen
         self._thread = threading.Thread(target=self._run, name="faulty-proxy", daemon=True)
 
     @property
@@ -62,8 +63,11 @@ class FaultyProxy:
         self._losing = on
 
     def freeze(self) -> None:
-        """Move nothing until :meth:`thaw`."""
+        """Move nothing until :meth:`thaw`; returns once nothing moves."""
+        self._frozen_seen.clear()
         self._frozen = True
+        if self._thread.is_alive():
+            self._frozen_seen.wait(5)
 
     def thaw(self) -> None:
         self._frozen = False
@@ -95,6 +99,7 @@ class FaultyProxy:
                 for sock in list(watched):
                     selector.unregister(sock)
                     del watched[sock]
+                self._frozen_seen.set()  # bytes forwarded before this were read before the freeze
             if not self._frozen:
                 for pair in self._pairs:
                     for sock, peer, is_reply in (

@@ -17,7 +17,8 @@ import stampede
 import stampede.asyncio
 from stampede import ConfigurationError
 from tests.drivers import DRIVERS
-from tests.helpers import Rebuilds, wait_until
+from tests.helpers import Rebuilds, commands_processed, wait_until
+from tests.proxy import FaultyProxy
 
 
 @pytest.fixture(params=[3, 2], ids=["resp3", "resp2"])
@@ -44,7 +45,7 @@ def pair(redis_url: str, protocol: int, namespace: str, driver: str) -> Iterator
 
 
 def commands(admin: redis.Redis) -> int:
-    return int(admin.info("stats")["total_commands_processed"])
+    return commands_processed(admin)
 
 
 def test_a_near_hit_sends_nothing_to_redis(pair: Any, client: redis.Redis) -> None:
@@ -351,3 +352,39 @@ def test_a_copy_is_dropped_when_redis_evicts_the_key(server: Any, protocol: int,
         finally:
             admin.config_set("maxmemory", 0)
             reader.close()
+
+
+def test_copies_are_not_served_once_the_invalidation_link_stalls_silently(
+    server: Any, namespace: str, driver: str, protocol: int
+) -> None:
+    # A link that stops moving without closing (a partition, a frozen peer)
+    # tells of no write: the heartbeat's silence must stop the copies.
+    with FaultyProxy(server.port) as proxy:
+        reader = DRIVERS[driver](
+            proxy.url,
+            redis_options={"protocol": protocol, "socket_timeout": 0.5},
+            namespace=namespace,
+            near_cache=10,
+        )
+        writer = DRIVERS["sync"](server.url, namespace=namespace)
+        try:
+            wait_until(lambda: reader._near.live)
+            writer.set("k", "old", ttl=60)
+            wait_until(lambda: reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "old" and len(reader._near))
+            proxy.freeze()
+            writer.set("k", "new", ttl=60)  # never told: the link is frozen
+
+            def read() -> str:
+                try:
+                    return str(reader.get_or_rebuild("k", Rebuilds(), ttl=60))
+                except stampede.RedisUnavailableError:
+                    return "unavailable"
+
+            wait_until(lambda: read() != "old", 15)  # not served forever
+            proxy.thaw()
+            wait_until(lambda: read() == "new", 30)
+            wait_until(lambda: reader._near.live and read() == "new" and len(reader._near) == 1, 30)
+        finally:
+            proxy.thaw()
+            reader.close()
+            writer.close()

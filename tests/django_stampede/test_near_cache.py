@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_stampede import StampedeCache
 
 import stampede
-from tests.helpers import wait_until
+from tests.helpers import commands_processed, wait_until
 
 URL = os.environ.get("STAMPEDE_TEST_REDIS_URL", "")
 
@@ -25,8 +25,7 @@ def backend(namespace: str, location: str = URL, **options: Any) -> StampedeCach
 
 
 def commands(admin: redis.Redis) -> int:
-    """Commands the server has processed: each call counts itself too."""
-    return int(admin.info("stats")["total_commands_processed"])
+    return commands_processed(admin)
 
 
 def sends_nothing(admin: redis.Redis, read: Callable[[], bool]) -> bool:

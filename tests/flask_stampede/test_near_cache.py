@@ -15,12 +15,11 @@ from flask_stampede import Stampede
 
 import stampede
 from tests.flask_stampede.app import make_app
-from tests.helpers import wait_until
+from tests.helpers import commands_processed, wait_until
 
 
 def commands(admin: redis.Redis) -> int:
-    """Commands the server has processed: each call counts itself too."""
-    return int(admin.info("stats")["total_commands_processed"])
+    return commands_processed(admin)
 
 
 def sends_nothing(admin: redis.Redis, read: Callable[[], bool]) -> bool:
