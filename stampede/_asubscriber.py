@@ -472,23 +472,9 @@ def close_sockets(connections: list[Any]) -> None:
 
 async def _close(pubsub: Any) -> None:
     """Close a pub/sub connection and the pool of the node client it came from."""
-    pool = pubsub.connection_pool
-    connections = [
-        pubsub.connection,
-        *getattr(pool, "_available_connections", ()),
-        *getattr(pool, "_in_use_connections", ()),
-    ]
     with contextlib.suppress(BaseException):
-        await asyncio.wait_for(asyncio.shield(pubsub.aclose()), _CLOSE_SECONDS)
-        await asyncio.wait_for(asyncio.shield(pool.disconnect()), _CLOSE_SECONDS)
-    # Bounded: closing waits for unsent bytes, which a stalled peer never takes.
-    close_sockets(
-        [
-            connection
-            for connection in connections
-            if connection is not None and connection._writer is not None
-        ]
-    )
+        await asyncio.shield(pubsub.aclose())
+        await pubsub.connection_pool.disconnect()
 
 
 _subscribers: weakref.WeakKeyDictionary[Any, AsyncSubscriber] = weakref.WeakKeyDictionary()

@@ -100,8 +100,8 @@ def test_a_copy_is_dropped_when_redis_expires_the_key(pair: Any) -> None:
 
 def test_a_copy_is_never_served_fresh_past_its_ttl(pair: Any) -> None:
     reader, writer = pair
-    writer.set("k", "old", ttl=0.05, stale_ttl=60)  # stale soon; Redis keeps the key
-    reader.get_or_rebuild("k", Rebuilds(), ttl=60)
+    writer.set("k", "old", ttl=1, stale_ttl=60)  # stale soon; Redis keeps the key
+    assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "old"  # fills the copy
     rebuilds = Rebuilds()
     wait_until(lambda: reader.get_or_rebuild("k", rebuilds, ttl=60) == "v1")
     assert rebuilds.count == 1
