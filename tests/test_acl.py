@@ -13,7 +13,8 @@ import redis
 import stampede
 import stampede.asyncio
 from stampede.testing import RedisServer
-from tests.helpers import AsyncRebuilds, Rebuilds, run_threads
+from tests.drivers import DRIVERS
+from tests.helpers import AsyncRebuilds, Rebuilds, run_threads, wait_until
 
 #: The README's line (Redis 6.2 and later; sharded pub/sub, on Redis 7+ and
 #: Valkey clusters, adds +spublish +ssubscribe +sunsubscribe), for namespace "app".
@@ -150,6 +151,41 @@ def test_flask_needs_nothing_more(url: str, denied: list[Any]) -> None:
         assert cache.has("k")
         assert cache.cache.inc("n") == 1
         cache.clear()
+
+
+#: What the README adds to the line for the near cache: tracking on the
+#: subscriber's connection, and (RESP2) its invalidation channel.
+NEAR_CACHE_ACL = " +client|id +client|tracking &__redis__:invalidate"
+
+
+@pytest.mark.parametrize("protocol", [3, 2], ids=["resp3", "resp2"])
+@pytest.mark.parametrize("driver", ["sync", "asyncio"])
+def test_a_near_cache_needs_only_the_documented_additions(protocol: int, driver: str) -> None:
+    with RedisServer() as server, redis.Redis(port=server.port) as admin:
+        admin.execute_command(*(ACL + NEAR_CACHE_ACL).split())
+        url = f"redis://app:app-password@127.0.0.1:{server.port}/0"
+        reader = DRIVERS[driver](url, redis_options={"protocol": protocol}, namespace="app", near_cache=10)
+        writer = DRIVERS["sync"](url, namespace="app")
+        try:
+            wait_until(lambda: reader._near.live)
+            for i in range(20):
+                writer.set("k", i, ttl=60)
+                assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == i
+
+            def kept() -> bool:
+                return bool(reader.get_or_rebuild("k", Rebuilds(), ttl=60) == 19 and len(reader._near) == 1)
+
+            wait_until(kept)
+            hits = reader._near.counts["hits"]
+            assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == 19
+            assert reader._near.counts["hits"] == hits + 1
+        finally:
+            reader.close()
+            writer.close()
+        logged = admin.execute_command("ACL", "LOG")
+        # CLIENT SETINFO, sent by redis-py on connect: "client" on Redis 6.2.
+        refused = [entry for entry in logged if entry[b"object"] not in (b"client", b"client|setinfo")]
+        assert refused == [], f"commands refused to the ACL user: {refused}"
 
 
 def test_outside_the_namespace_the_user_is_refused(url: str) -> None:
