@@ -295,11 +295,24 @@ class Stampede(Operations):
             if batch is not None:
                 latch.wait()  # bounded by the reader's socket timeout
                 if first:
+                    if pending.error is not None:
+                        # Redis failed after they asked: theirs to know, without
+                        # one more GET to a server that is failing (a failover).
+                        self._finish_read(batch, pending.error)
+                        raise pending.error
                     return self._send_read(name, batch)
                 if batch.error is not None:
                     raise batch.error
                 return batch.raw
         return self._send_read(name, _SharedRead())
+
+    def _finish_read(self, read: _SharedRead, error: redis.exceptions.RedisError) -> None:
+        with self._reads_lock:
+            read.error = error
+            read.done = True
+            latch = read.latch
+        if latch is not None:
+            latch.set()
 
     def _send_read(self, name: bytes, read: _SharedRead) -> bytes | None:
         reads = self._reads

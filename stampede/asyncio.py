@@ -183,7 +183,7 @@ class Stampede(AsyncOperations):
                 # then sends the read of those who came meanwhile.
                 batch = pending.next = _PendingRead()
                 try:
-                    await asyncio.wait([pending.finished()])
+                    await asyncio.wait([done := pending.finished()])
                 except BaseException:
                     if pending.next is batch:
                         pending.next = None
@@ -191,6 +191,14 @@ class Stampede(AsyncOperations):
                         batch.reply.set_exception(_ReadAbandoned())
                         batch.reply.exception()  # retrieved: its waiters may all have gone
                     raise
+                failed = done.exception()
+                if isinstance(failed, redis.exceptions.RedisError):
+                    # Redis failed after they asked: theirs to know, without one
+                    # more GET to a server that is failing (a failover).
+                    if batch.reply is not None:
+                        batch.reply.set_exception(failed)
+                        batch.reply.exception()  # retrieved: its waiters may all have gone
+                    raise failed
                 return await self._send_read(name, batch)
             try:
                 return await asyncio.shield(batch.finished())
