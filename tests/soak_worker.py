@@ -134,6 +134,12 @@ def run_threads(mode: str, cache_url: str, db_url: str, log: Log) -> None:
 
     def rebuild(key: str, how: str = "get_or_rebuild") -> tuple[int, int]:
         version = int(db.get(f"version:{key}") or 0)
+        if how == "unleased":
+            # read() said: rebuild, nothing to commit (after wait_timeout or a
+            # Redis error). Not one of the coordinated rebuilds the bound is on.
+            log.write(kind="unleased rebuild", key=key, mode=mode)
+            time.sleep(REBUILD_SECONDS)
+            return version, os.getpid()
         names, args, token = _running_args(key, version)
         at_once = running(keys=names, args=args)
         if at_once > 1:

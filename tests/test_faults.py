@@ -12,7 +12,9 @@ then deletes or invalidates the key, as an application's save would. Then:
   returned, the cache never holds an older version of that key;
 - no caller is served a version older than one it already had;
 - at most 2 rebuilds of a key run at once (a paused holder and the one that
-  took over);
+  took over), not counting the rebuilds ``read()`` hands back without a lease
+  (after ``wait_timeout`` or a Redis error: nothing to commit), which are
+  logged apart;
 - every call ends within a bound (``wait_timeout``, the lease, socket
   time-outs and a worker's pause), and once the faults stop, every call
   succeeds again.
