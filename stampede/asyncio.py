@@ -215,7 +215,12 @@ class Stampede(AsyncOperations):
         token = near.begin_fill(name) if near is not None else None  # before the GET is sent
         raw = None
         try:
-            raw = await self._reader().get(name)
+            try:
+                raw = await self._reader().get(name)
+            except AttributeError as exc:
+                # redis-py's cluster client can drop a node's connection under a
+                # command in a failover (its writer gone): a connection failure.
+                raise redis.exceptions.ConnectionError(f"connection lost under GET: {exc}") from exc
         except BaseException as exc:
             if read.reply is not None:
                 error = exc if isinstance(exc, redis.exceptions.RedisError) else _ReadAbandoned()
