@@ -28,7 +28,7 @@ import redis.exceptions
 from ._aoperations import ask_sharded
 from ._channels import Channels, Shards, WatchBase
 from ._events import logger
-from ._near import HEARTBEAT_SECONDS, Heartbeat, NearStore
+from ._near import HEARTBEAT_SECONDS, NearStore, Tracked
 from ._nodes import node_client
 from ._subscriber import INVALIDATIONS
 
@@ -72,10 +72,8 @@ class AsyncSubscriber:
         self._stopping = False
         self._link: _Classic | _Sharded | None = None  # while serving
         # Near caches kept coherent through this connection (CLIENT TRACKING).
-        self._stores: list[NearStore] = []
+        self._tracked = Tracked()
         self._retrack = False  # a store was added: the link starts over with its prefix
-        self._live_link: _Classic | None = None
-        self._heartbeat = Heartbeat()
 
     def _start(self) -> None:
         if self._task is None or self._task.done():
@@ -94,7 +92,7 @@ class AsyncSubscriber:
         """Keep ``store`` coherent: invalidations of its prefix drop its copies.
         It is live (served from) once tracking is on and confirmed; the
         listener starts now, or (made off the event loop) on the first read."""
-        self._stores.append(store)
+        self._tracked.stores.append(store)
         self._retrack = True
         try:
             asyncio.get_running_loop()
@@ -108,16 +106,16 @@ class AsyncSubscriber:
         self._start()
 
     def untrack(self, store: NearStore) -> None:
-        if store in self._stores:
-            self._stores.remove(store)
+        if store in self._tracked.stores:
+            self._tracked.stores.remove(store)
         store.flush(live=False)
 
     def quiet(self) -> bool:
         """Whether no invalidation waits unread on the connection, so a near
         copy may be served: what every near hit asks first. ``False``: go to
         Redis (which lets the listener task read what is pending)."""
-        link = self._live_link
-        if link is None or not self._heartbeat.quiet(time.monotonic()):
+        link = self._tracked.link
+        if link is None or not self._tracked.heartbeat.quiet(time.monotonic()):
             return False
         return not link.pending()
 
@@ -125,7 +123,7 @@ class AsyncSubscriber:
         """Start the listener if near caches are tracked and it is not running
         (the instance was made outside the event loop). Asked by reads while
         a near cache is not live."""
-        if self._stores and (self._task is None or self._task.done()):
+        if self._tracked.stores and (self._task is None or self._task.done()):
             self._start()
 
     async def settled(self) -> bool:
@@ -138,26 +136,12 @@ class AsyncSubscriber:
             await asyncio.sleep(0)
         return self.quiet()
 
-    def _invalidated(self, names: list[bytes] | None) -> None:
-        for store in list(self._stores):
-            if names is None:
-                store.invalidate(None)
-            else:
-                mine = [name for name in names if name.startswith(store.prefix)]
-                if mine:
-                    store.invalidate(mine)
-
     def _set_live(self, link: _Classic | _Sharded) -> None:
         if isinstance(link, _Classic):
-            self._heartbeat.live(time.monotonic())
-            self._live_link = link
-            for store in list(self._stores):
-                store.flush(live=True)
+            self._tracked.live(link, time.monotonic())
 
     def _set_dead(self) -> None:
-        self._live_link = None
-        for store in list(self._stores):
-            store.flush(live=False)
+        self._tracked.dead()
 
     def unwatch(self, watch: AsyncWatch) -> None:
         self._channels.remove(watch)
@@ -166,7 +150,7 @@ class AsyncSubscriber:
     async def aclose(self) -> None:
         """Stop the listener if nobody is waiting (it starts again when someone does)."""
         task = self._task
-        if task is None or task.done() or len(self._channels) or self._stores:
+        if task is None or task.done() or len(self._channels) or self._tracked.stores:
             return
         # A flag rather than a cancellation, which redis-py's commands may
         # swallow when it lands inside them.
@@ -192,7 +176,7 @@ class AsyncSubscriber:
                 return
             try:
                 await self._serve(client)
-                if not (len(self._channels) or self._stores) or self._stopping:
+                if not (len(self._channels) or self._tracked.stores) or self._stopping:
                     return
                 continue  # stopped as a waiter came in, or to track a new prefix
             except asyncio.CancelledError:
@@ -203,7 +187,7 @@ class AsyncSubscriber:
                 self._set_dead()
                 del client
             self._channels.lost()
-            if not (len(self._channels) or self._stores):
+            if not (len(self._channels) or self._tracked.stores):
                 return
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF)
@@ -216,10 +200,10 @@ class AsyncSubscriber:
         abandoned = False
         try:
             channels = self._channels.resubscribed()
-            prefixes = sorted({store.prefix for store in self._stores})  # once each: see _subscriber
+            prefixes = sorted({store.prefix for store in self._tracked.stores})  # once each: see _subscriber
             self._retrack = False
             if prefixes and isinstance(link, _Classic):
-                if await link.track(prefixes, self._invalidated):
+                if await link.track(prefixes, self._tracked.invalidated):
                     channels.append(INVALIDATIONS)  # RESP2: live once subscribed
                 else:
                     self._set_live(link)  # RESP3: pushed on this connection from now on
@@ -233,7 +217,7 @@ class AsyncSubscriber:
                         read.cancel()
                 await link.subscribe(subscribe)
                 now = loop.time()
-                if len(self._channels) or self._stores:
+                if len(self._channels) or self._tracked.stores:
                     idle_since = None
                 elif idle_since is None:
                     idle_since = now
@@ -264,7 +248,7 @@ class AsyncSubscriber:
                         # written meanwhile was never told. Start over.
                         raise redis.exceptions.ConnectionError("the tracking connection was replaced")
                     try:
-                        payload = self._heartbeat.due(time.monotonic())
+                        payload = self._tracked.heartbeat.due(time.monotonic())
                     except TimeoutError as exc:
                         raise redis.exceptions.TimeoutError(str(exc)) from None
                     if payload is not None:
@@ -293,11 +277,11 @@ class AsyncSubscriber:
         message = await pubsub.get_message(timeout=None)
         link.check(message)
         if message is not None and message.get("type") == "pong":
-            if self._heartbeat.answered(message.get("data")):
+            if self._tracked.heartbeat.answered(message.get("data")):
                 return
         if message is not None and message.get("channel") == INVALIDATIONS:
             if message.get("type") == "message":
-                self._invalidated(message["data"])
+                self._tracked.invalidated(message["data"])
             elif message.get("type") == "subscribe" and isinstance(link, _Classic):
                 self._set_live(link)
             return

@@ -23,7 +23,7 @@ from typing import Any
 from ._events import EventKind
 from ._exceptions import ConfigurationError
 
-__all__ = ["Heartbeat", "NearCache", "NearStore"]
+__all__ = ["Heartbeat", "NearCache", "NearStore", "Tracked"]
 
 #: Seconds between the PINGs a tracking connection is sent.
 HEARTBEAT_SECONDS = 0.5
@@ -238,3 +238,40 @@ class NearStore:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class Tracked:
+    """The near caches one subscriber connection keeps coherent (both
+    subscribers' share of the work): which, over which connection while it
+    is live, and its heartbeat."""
+
+    __slots__ = ("heartbeat", "link", "stores")
+
+    def __init__(self) -> None:
+        self.stores: list[NearStore] = []
+        self.heartbeat = Heartbeat()
+        #: The tracking connection while it is live (copies are served), else None.
+        self.link: Any = None
+
+    def invalidated(self, names: list[bytes] | None) -> None:
+        """Redis says ``names`` changed (``None``: everything)."""
+        for store in list(self.stores):
+            if names is None:
+                store.invalidate(None)
+            else:
+                mine = [name for name in names if name.startswith(store.prefix)]
+                if mine:
+                    store.invalidate(mine)
+
+    def live(self, link: Any, now: float) -> None:
+        """Tracking is on and confirmed on ``link``: copies may be kept and served."""
+        self.heartbeat.live(now)
+        self.link = link
+        for store in list(self.stores):
+            store.flush(live=True)
+
+    def dead(self) -> None:
+        """The connection is gone: nothing is known to be coherent."""
+        self.link = None
+        for store in list(self.stores):
+            store.flush(live=False)

@@ -30,7 +30,7 @@ import redis.exceptions
 
 from ._channels import Channels, Shards, WatchBase
 from ._events import logger
-from ._near import HEARTBEAT_SECONDS, Heartbeat, NearStore
+from ._near import HEARTBEAT_SECONDS, Heartbeat, NearStore, Tracked
 from ._nodes import node_client
 from ._operations import ask_sharded
 
@@ -69,13 +69,11 @@ class Subscriber:
         self._wake_r: socket.socket | None = None
         self._wake_w: socket.socket | None = None
         # Near caches kept coherent through this connection (CLIENT TRACKING).
-        self._stores: list[NearStore] = []
+        self._tracked = Tracked()
         self._retrack = False  # a store was added: the link starts over with its prefix
         # Held by whoever reads the connection: the listener, or a near hit
         # that drains pending invalidations itself (see quiet()).
         self._io = threading.Lock()
-        self._live_link: _Classic | None = None
-        self._heartbeat = Heartbeat()
 
     # --- what waiters call ---------------------------------------------------
 
@@ -93,7 +91,7 @@ class Subscriber:
         """Keep ``store`` coherent: invalidations of its prefix drop its copies.
         It is live (served from) once tracking is on and confirmed."""
         with self._lock:
-            self._stores.append(store)
+            self._tracked.stores.append(store)
             self._retrack = True
             started = self._start_locked()
         if not started:
@@ -101,8 +99,8 @@ class Subscriber:
 
     def untrack(self, store: NearStore) -> None:
         with self._lock:
-            if store in self._stores:
-                self._stores.remove(store)
+            if store in self._tracked.stores:
+                self._tracked.stores.remove(store)
         store.flush(live=False)
 
     def quiet(self) -> bool:
@@ -110,15 +108,15 @@ class Subscriber:
         may be served: what every near hit asks first. Pending data is drained
         here, by the caller, rather than left for the listener thread, which
         the GIL may not schedule for milliseconds. ``False``: go to Redis."""
-        link = self._live_link
-        if link is None or not self._heartbeat.quiet(time.monotonic()):
+        link = self._tracked.link
+        if link is None or not self._tracked.heartbeat.quiet(time.monotonic()):
             return False
         if not link.pending(self._io):
             return True
         if not self._io.acquire(timeout=0.05):
             return False
         try:
-            if self._live_link is not link:
+            if self._tracked.link is not link:
                 return False
             self._drain(link)
             return not link.pending(None)
@@ -131,18 +129,9 @@ class Subscriber:
         """Start the listener if near caches are tracked and it is not running
         (after a fork: it did not come along). Asked by reads while a near
         cache is not live."""
-        if self._thread is None and self._stores and not self._closed:
+        if self._thread is None and self._tracked.stores and not self._closed:
             with self._lock:
                 self._start_locked()
-
-    def _invalidated(self, names: list[bytes] | None) -> None:
-        for store in list(self._stores):
-            if names is None:
-                store.invalidate(None)
-            else:
-                mine = [name for name in names if name.startswith(store.prefix)]
-                if mine:
-                    store.invalidate(mine)
 
     def _drain(self, link: _Classic | _Sharded) -> None:
         """Dispatch everything readable now, parsed or still in the socket
@@ -157,11 +146,11 @@ class Subscriber:
                     if tracking and link.pending(None):  # type: ignore[union-attr]
                         continue
                     break
-                if message.get("type") == "pong" and self._heartbeat.answered(message.get("data")):
+                if message.get("type") == "pong" and self._tracked.heartbeat.answered(message.get("data")):
                     continue
                 if message.get("channel") == INVALIDATIONS:
                     if message.get("type") == "message":
-                        self._invalidated(message["data"])
+                        self._tracked.invalidated(message["data"])
                     elif message.get("type") == "subscribe":
                         self._set_live(link)
                     continue
@@ -170,15 +159,10 @@ class Subscriber:
 
     def _set_live(self, link: _Classic | _Sharded) -> None:
         if isinstance(link, _Classic):
-            self._heartbeat.live(time.monotonic())
-            self._live_link = link
-            for store in list(self._stores):
-                store.flush(live=True)
+            self._tracked.live(link, time.monotonic())
 
     def _set_dead(self) -> None:
-        self._live_link = None
-        for store in list(self._stores):
-            store.flush(live=False)
+        self._tracked.dead()
 
     def unwatch(self, watch: Watch) -> None:
         with self._lock:
@@ -203,10 +187,10 @@ class Subscriber:
         self._channels = Channels()
         self._thread = None
         self._wake_r = self._wake_w = None
-        self._live_link = None
-        self._heartbeat = Heartbeat()
-        self._retrack = bool(self._stores)
-        for store in self._stores:
+        self._tracked.link = None
+        self._tracked.heartbeat = Heartbeat()
+        self._retrack = bool(self._tracked.stores)
+        for store in self._tracked.stores:
             store.forked()
 
     def _start_locked(self) -> bool:
@@ -245,7 +229,7 @@ class Subscriber:
                     del client
                 with self._lock:
                     self._channels.lost()
-                    if self._closed or not (len(self._channels) or self._stores):
+                    if self._closed or not (len(self._channels) or self._tracked.stores):
                         return
                 time.sleep(backoff)
                 backoff = min(backoff * 2, _MAX_BACKOFF)
@@ -253,7 +237,7 @@ class Subscriber:
             with self._lock:
                 self._thread = None
                 reader, writer, self._wake_r, self._wake_w = self._wake_r, self._wake_w, None, None
-                if len(self._channels) or self._stores:
+                if len(self._channels) or self._tracked.stores:
                     self._start_locked()  # a waiter came in as we stopped: start again for it
             for sock in (reader, writer):
                 if sock is not None:
@@ -267,11 +251,11 @@ class Subscriber:
             with self._lock:
                 channels = self._channels.resubscribed()
                 # Once each: Redis refuses a prefix given twice (two instances, one namespace).
-                prefixes = sorted({store.prefix for store in self._stores})
+                prefixes = sorted({store.prefix for store in self._tracked.stores})
                 self._retrack = False
             with self._io:
                 if prefixes and isinstance(link, _Classic):
-                    if link.track(prefixes, self._invalidated):
+                    if link.track(prefixes, self._tracked.invalidated):
                         channels.append(INVALIDATIONS)  # RESP2: live once subscribed
                     else:
                         self._set_live(link)  # RESP3: pushed on this connection from now on
@@ -284,7 +268,7 @@ class Subscriber:
                     if self._retrack:
                         return True
                     subscribe, unsubscribe = self._channels.take_pending()
-                    watched = len(self._channels) or len(self._stores)
+                    watched = len(self._channels) or len(self._tracked.stores)
                 with self._io:
                     link.unsubscribe(unsubscribe)
                     link.subscribe(subscribe)
@@ -295,7 +279,8 @@ class Subscriber:
                     idle_since = now
                 elif now - idle_since >= IDLE_SECONDS:
                     with self._lock:
-                        if not len(self._channels) and not self._channels.pending and not self._stores:
+                        idle = not (len(self._channels) or self._channels.pending or self._tracked.stores)
+                        if idle:
                             return False
                 tracking = isinstance(link, _Classic) and link.tracking
                 self._sleep(*link.pubsubs(), timeout=HEARTBEAT_SECONDS if tracking else 1.0)
@@ -308,7 +293,7 @@ class Subscriber:
                         # written meanwhile was never told. Start over.
                         raise redis.exceptions.ConnectionError("the tracking connection was replaced")
                     try:
-                        payload = self._heartbeat.due(time.monotonic())
+                        payload = self._tracked.heartbeat.due(time.monotonic())
                     except TimeoutError as exc:
                         raise redis.exceptions.TimeoutError(str(exc)) from None
                     if payload is not None:

@@ -229,18 +229,12 @@ class Stampede(Operations):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         keys = self._keys(key)
         # _first_read, inlined: this is every hit's path.
-        near = self._near
-        if near is not None:
-            if not near.live:
-                self._subscriber.revive()
-            elif self._subscriber.quiet():
-                raw = near.get(keys.value)
-                if raw is not None:
-                    near_found = self._near_lookup(keys, raw, options)
-                    if isinstance(near_found, Entry):
-                        return near_found.value  # type: ignore[no-any-return]
-                    if near_found is not None:
-                        return self._single_flight(keys, options, near_found, rebuild)
+        if self._near is not None:
+            near_found = self._near_read(keys, options)
+            if isinstance(near_found, Entry):
+                return near_found.value  # type: ignore[no-any-return]
+            if near_found is not None:
+                return self._single_flight(keys, options, near_found, rebuild)
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
@@ -253,21 +247,28 @@ class Stampede(Operations):
 
     def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
-        near = self._near
-        if near is not None:
-            if not near.live:
-                self._subscriber.revive()
-            elif self._subscriber.quiet():
-                raw = near.get(keys.value)
-                if raw is not None:
-                    near_found = self._near_lookup(keys, raw, options)
-                    if near_found is not None:
-                        return near_found
+        if self._near is not None:
+            near_found = self._near_read(keys, options)
+            if near_found is not None:
+                return near_found
         try:
             raw = self._shared_get(keys.value)
         except redis.exceptions.RedisError as exc:
             return self._read_failed(keys, exc)
         return self._lookup(keys, raw, options)
+
+    def _near_read(self, keys: Keys, options: Options) -> Entry | Lookup | None:
+        """What this process's copy of ``keys`` says (see ``_near_lookup``),
+        if one may be served; ``None``: read Redis."""
+        near = self._near
+        assert near is not None
+        if not near.live:
+            self._subscriber.revive()
+            return None
+        if not self._subscriber.quiet():
+            return None
+        raw = near.get(keys.value)
+        return self._near_lookup(keys, raw, options) if raw is not None else None
 
     def _shared_get(self, name: bytes) -> bytes | None:
         """GET ``name``, sharing the reply with the threads that ask meanwhile.
