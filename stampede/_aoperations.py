@@ -15,7 +15,7 @@ from typing import Any
 
 import redis.exceptions
 
-from ._base import SWAP_BACKOFF, UNSET, StampedeBase
+from ._base import SWAP_BACKOFF, UNSET, StampedeBase, lost_connection
 from ._envelope import Entry
 from ._events import EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
@@ -131,6 +131,9 @@ class AsyncOperations(StampedeBase):
                     return raws
                 except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException):
                     pass
+                except AttributeError as exc:
+                    if lost_connection(exc) is None:
+                        raise
                 answers = [await self._standby_read(keys) for keys in names]
                 if any(answered for answered, _ in answers):
                     for keys, (_, raw) in zip(names, answers, strict=True):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import random
 import struct
 import time as _time
@@ -61,6 +62,7 @@ __all__ = [
     "Read",
     "StampedeBase",
     "SystemClock",
+    "lost_connection",
     "on_event_loop_thread",
 ]
 
@@ -115,9 +117,28 @@ def _sentinel_pool(client: Any) -> Any:
 def server_words(exc: BaseException) -> str:
     """``exc``'s message with the server's error code put back in front
     (``MOVED 7786 127.0.0.1:7001``, not ``7786 127.0.0.1:7001``)."""
-    text = str(exc)
+    text = str(exc) or type(exc).__name__  # MaxConnectionsError has no words of its own
     code = next((code for kind, code in _ERROR_CODES.items() if isinstance(exc, kind)), None)
     return f"{code} {text}" if code and not text.startswith(code) else text
+
+
+_REDIS_PY = os.path.dirname(redis.exceptions.__file__) + os.sep
+
+
+def lost_connection(exc: AttributeError) -> redis.exceptions.ConnectionError | None:
+    """``exc`` as the connection failure it is, if redis-py raised it on a
+    connection that another task tore down under the command (its asyncio
+    cluster client disconnects a node's connections, in-use ones included,
+    after MOVED replies or a failed node: the next write finds its writer
+    ``None``); else ``None`` (a bug of its own, to be left raised)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not tb.tb_frame.f_code.co_filename.startswith(_REDIS_PY) or "'NoneType'" not in str(exc):
+        return None
+    lost = redis.exceptions.ConnectionError(f"connection closed under the command ({exc})")
+    lost.__cause__ = exc
+    return lost
 
 
 class _Unset:
@@ -419,14 +440,22 @@ class StampedeBase:
 
         ``name``: the key concerned, for the message (``""``: several).
         """
+        failure: Exception
         try:
             yield
+            return
         except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             # RedisClusterException is not a RedisError (a cluster that cannot
             # route a command, a refused pipeline): a Redis failure all the same.
-            self._emit_named(name, EventKind.REDIS_ERROR, error=exc)
-            where = f" for key {name!r}" if name else ""
-            raise RedisUnavailableError(f"Redis failed to {action}{where}: {server_words(exc)}") from exc
+            failure = exc
+        except AttributeError as exc:
+            lost = lost_connection(exc)
+            if lost is None:
+                raise
+            failure = lost
+        self._emit_named(name, EventKind.REDIS_ERROR, error=failure)
+        where = f" for key {name!r}" if name else ""
+        raise RedisUnavailableError(f"Redis failed to {action}{where}: {server_words(failure)}") from failure
 
     # --- reading ------------------------------------------------------------
 

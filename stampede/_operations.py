@@ -16,7 +16,7 @@ from typing import Any
 
 import redis.exceptions
 
-from ._base import SWAP_BACKOFF, UNSET, StampedeBase
+from ._base import SWAP_BACKOFF, UNSET, StampedeBase, lost_connection
 from ._envelope import Entry
 from ._events import EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
@@ -132,6 +132,9 @@ class Operations(StampedeBase):
                     return raws
                 except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException):
                     pass
+                except AttributeError as exc:
+                    if lost_connection(exc) is None:
+                        raise
                 answers = [self._standby_read(keys) for keys in names]
                 if any(answered for answered, _ in answers):
                     for keys, (_, raw) in zip(names, answers, strict=True):

@@ -21,7 +21,7 @@ import redis.exceptions
 
 from ._aoperations import AsyncOperations
 from ._asubscriber import async_subscriber_for, close_sockets
-from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read
+from ._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, lost_connection
 from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import logger
@@ -218,9 +218,10 @@ class Stampede(AsyncOperations):
             try:
                 raw = await self._reader().get(name)
             except AttributeError as exc:
-                # redis-py's cluster client can drop a node's connection under a
-                # command in a failover (its writer gone): a connection failure.
-                raise redis.exceptions.ConnectionError(f"connection lost under GET: {exc}") from exc
+                lost = lost_connection(exc)
+                if lost is None:
+                    raise
+                raise lost from exc
         except BaseException as exc:
             if read.reply is not None:
                 error = exc if isinstance(exc, redis.exceptions.RedisError) else _ReadAbandoned()

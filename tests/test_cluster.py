@@ -155,6 +155,47 @@ async def test_asyncio_a_cold_key_whose_slot_is_migrating(cluster: RedisCluster,
     await client.aclose()
 
 
+async def test_asyncio_connections_torn_down_under_commands_are_connection_failures(
+    cluster: RedisCluster, namespace: str
+) -> None:
+    # redis-py's asyncio cluster client disconnects a node's connections,
+    # in-use ones included, after MOVED replies or a failed command; a task
+    # whose command was on one meets a writer gone (AttributeError). Here the
+    # key's node is torn down the same way, every 2 ms, under 100 tasks.
+    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    sf = stampede.asyncio.Stampede(client, namespace=namespace, wait_timeout=2)
+    await sf.set("k", "v", ttl=60)
+    node = client.get_node_from_key(KeySpace(namespace)("k").value)
+    raised: list[BaseException] = []
+    stop = asyncio.Event()
+
+    async def work() -> None:
+        while not stop.is_set():
+            try:
+                await sf.set("k", "v", ttl=60)
+                await sf.invalidate("k")
+                assert await sf.get_or_rebuild("k", lambda: "v", ttl=60) == "v"
+            except stampede.RedisUnavailableError:
+                await asyncio.sleep(0)  # what a caller may see while Redis fails
+            except Exception as exc:
+                raised.append(exc)
+                await asyncio.sleep(0)
+
+    async def tear() -> None:
+        while not stop.is_set():
+            await asyncio.sleep(0.002)
+            await node.disconnect()
+
+    tasks = [asyncio.ensure_future(work()) for _ in range(100)] + [asyncio.ensure_future(tear())]
+    await asyncio.sleep(2)
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*tasks), 30)
+    assert raised == []
+    assert await sf.get_or_rebuild("k", lambda: "v", ttl=60) == "v"
+    await sf.aclose()
+    await client.aclose()
+
+
 def _pubsub_counts(cluster: RedisCluster, channel: bytes) -> tuple[int, int, int]:
     """``channel``'s classic subscribers on every node; on the node that owns it,
     its sharded subscribers and the SPUBLISH calls served (0 where the server
