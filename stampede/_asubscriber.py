@@ -202,14 +202,21 @@ class AsyncSubscriber:
             channels = self._channels.resubscribed()
             prefixes = sorted({store.prefix for store in self._tracked.stores})  # once each: see _subscriber
             self._retrack = False
-            if prefixes and isinstance(link, _Classic):
-                if await link.track(prefixes, self._tracked.invalidated):
-                    channels.append(INVALIDATIONS)  # RESP2: live once subscribed
+            now = time.monotonic()
+            if prefixes and isinstance(link, _Classic) and self._tracked.may_track(now):
+                try:
+                    redirected = await link.track(prefixes, self._tracked.invalidated)
+                except redis.exceptions.ResponseError as exc:
+                    self._tracked.refused(exc, now)
                 else:
-                    self._set_live(link)  # RESP3: pushed on this connection from now on
+                    self._tracked.accepted()
+                    if redirected:
+                        channels.append(INVALIDATIONS)  # RESP2: live once subscribed
+                    else:
+                        self._set_live(link)  # RESP3: pushed on this connection from now on
             await link.subscribe(channels if link.anchored else channels[1:])
             idle_since: float | None = None
-            while not self._stopping and not self._retrack:
+            while not (self._stopping or self._retrack or self._tracked.retry_due(time.monotonic())):
                 subscribe, unsubscribe = self._channels.take_pending()
                 for gone in await link.unsubscribe(unsubscribe):
                     read = reads.pop(gone, None)

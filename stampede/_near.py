@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._events import EventKind
+from ._events import EventKind, logger
 from ._exceptions import ConfigurationError
 
 __all__ = ["Heartbeat", "NearCache", "NearStore", "Tracked"]
@@ -34,6 +34,9 @@ HEARTBEAT_SECONDS = 0.5
 SILENCE_SECONDS = 1.5
 #: A PING unanswered this long: the connection is given up and opened anew.
 DEAD_AFTER_SECONDS = 5.0
+#: After Redis refused ``CLIENT TRACKING`` (a user whose ACL lacks it), how
+#: long before it is asked again, on a new connection.
+REFUSED_RETRY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -245,13 +248,45 @@ class Tracked:
     subscribers' share of the work): which, over which connection while it
     is live, and its heartbeat."""
 
-    __slots__ = ("heartbeat", "link", "stores")
+    __slots__ = ("_ask_from", "_refusal", "heartbeat", "link", "stores")
 
     def __init__(self) -> None:
         self.stores: list[NearStore] = []
         self.heartbeat = Heartbeat()
         #: The tracking connection while it is live (copies are served), else None.
         self.link: Any = None
+        self._refusal: str | None = None  # Redis's last refusal to track, until it accepts
+        self._ask_from = float("-inf")
+
+    def may_track(self, now: float) -> bool:
+        """Whether to ask Redis for tracking on a new connection at ``now``."""
+        return bool(self.stores) and now >= self._ask_from
+
+    def retry_due(self, now: float) -> bool:
+        """Whether tracking was refused long enough ago to start over and ask again."""
+        return self._refusal is not None and self.may_track(now)
+
+    def refused(self, error: Exception, now: float) -> None:
+        """Redis refused ``CLIENT TRACKING``: the copies stay off (every read
+        asks Redis) while wake-ups go on, and it is asked again later. Said
+        once per reason: an operator must see it, a log must not fill."""
+        self._ask_from = now + REFUSED_RETRY_SECONDS
+        reason = str(error)
+        if reason != self._refusal:
+            self._refusal = reason
+            logger.warning(
+                "near cache off: Redis refused CLIENT TRACKING (%s), so every read asks Redis. "
+                "A Redis user with an ACL needs +client|id +client|tracking &__redis__:invalidate "
+                "for it. Asked again every %g s.",
+                reason,
+                REFUSED_RETRY_SECONDS,
+            )
+
+    def accepted(self) -> None:
+        """Redis accepted ``CLIENT TRACKING``."""
+        if self._refusal is not None:
+            self._refusal = None
+            logger.info("near cache on: Redis accepted CLIENT TRACKING")
 
     def invalidated(self, names: list[bytes] | None) -> None:
         """Redis says ``names`` changed (``None``: everything)."""

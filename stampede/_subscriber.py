@@ -253,20 +253,27 @@ class Subscriber:
                 # Once each: Redis refuses a prefix given twice (two instances, one namespace).
                 prefixes = sorted({store.prefix for store in self._tracked.stores})
                 self._retrack = False
+            now = time.monotonic()
             with self._io:
-                if prefixes and isinstance(link, _Classic):
-                    if link.track(prefixes, self._tracked.invalidated):
-                        channels.append(INVALIDATIONS)  # RESP2: live once subscribed
+                if prefixes and isinstance(link, _Classic) and self._tracked.may_track(now):
+                    try:
+                        redirected = link.track(prefixes, self._tracked.invalidated)
+                    except redis.exceptions.ResponseError as exc:
+                        self._tracked.refused(exc, now)
                     else:
-                        self._set_live(link)  # RESP3: pushed on this connection from now on
+                        self._tracked.accepted()
+                        if redirected:
+                            channels.append(INVALIDATIONS)  # RESP2: live once subscribed
+                        else:
+                            self._set_live(link)  # RESP3: pushed on this connection from now on
                 link.subscribe(channels if link.anchored else channels[1:])
             idle_since: float | None = None
             while True:
                 with self._lock:
                     if self._closed:
                         return False
-                    if self._retrack:
-                        return True
+                    if self._retrack or self._tracked.retry_due(time.monotonic()):
+                        return True  # start over, tracking the new prefix or asking again
                     subscribe, unsubscribe = self._channels.take_pending()
                     watched = len(self._channels) or len(self._tracked.stores)
                 with self._io:

@@ -4,6 +4,8 @@ entry point, and the namespace is all it can reach."""
 from __future__ import annotations
 
 import asyncio
+import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 import redis
 
 import stampede
+import stampede._near
 import stampede.asyncio
 from stampede.testing import RedisServer
 from tests.drivers import DRIVERS
@@ -186,6 +189,60 @@ def test_a_near_cache_needs_only_the_documented_additions(protocol: int, driver:
         # CLIENT SETINFO, sent by redis-py on connect: "client" on Redis 6.2.
         refused = [entry for entry in logged if entry[b"object"] not in (b"client", b"client|setinfo")]
         assert refused == [], f"commands refused to the ACL user: {refused}"
+
+
+@pytest.mark.parametrize("driver", ["sync", "asyncio"])
+def test_a_near_cache_the_acl_refuses_is_off_with_one_warning_and_wakeups_go_on(
+    driver: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stampede._near, "REFUSED_RETRY_SECONDS", 0.5)
+    caplog.set_level(logging.INFO, logger="stampede")
+    with RedisServer() as server, redis.Redis(port=server.port) as admin:
+        admin.execute_command(*ACL.split())  # without the near cache's additions
+        url = f"redis://app:app-password@127.0.0.1:{server.port}/0"
+        reader = DRIVERS[driver](url, namespace="app", near_cache=10)
+        writer = DRIVERS["sync"](url, namespace="app")
+
+        def told(words: str) -> int:
+            return sum(words in record.getMessage() for record in caplog.records)
+
+        try:
+            assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
+            wait_until(lambda: told("near cache off: Redis refused CLIENT TRACKING") >= 1)
+            # A waiter is still woken through the subscriber: its channel is
+            # subscribed while the writer's rebuild holds the lease.
+            rebuilds = Rebuilds(delay=1.0)
+            holder = threading.Thread(
+                target=writer.get_or_rebuild, args=("cold", rebuilds), kwargs={"ttl": 60}
+            )
+            holder.start()
+            wait_until(lambda: rebuilds.count == 1)
+            waiter = threading.Thread(
+                target=reader.get_or_rebuild, args=("cold", Rebuilds()), kwargs={"ttl": 60}
+            )
+            waiter.start()
+            wait_until(lambda: any(not c.startswith(b"stampede:") for c in admin.pubsub_channels()))
+            holder.join(10)
+            waiter.join(10)
+            assert rebuilds.count == 1
+            for i in range(5):  # every read asks Redis, and sees each write
+                writer.set("k", i, ttl=60)
+                assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == i
+            assert reader._near.counts["hits"] == 0
+            assert told("near cache off") == 1  # asked again, refused again, not said again
+            # Granted: tracking is asked for again, without a restart.
+            admin.execute_command(*f"ACL SETUSER app{NEAR_CACHE_ACL}".split())
+            wait_until(lambda: reader._near.live)
+            assert told("near cache on: Redis accepted CLIENT TRACKING") == 1
+            wait_until(
+                lambda: reader.get_or_rebuild("k", Rebuilds(), ttl=60) == 4
+                and reader._near.counts["hits"] > 0
+            )
+            writer.set("k", 5, ttl=60)
+            assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == 5
+        finally:
+            reader.close()
+            writer.close()
 
 
 def test_outside_the_namespace_the_user_is_refused(url: str) -> None:
