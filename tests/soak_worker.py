@@ -135,9 +135,8 @@ def run_threads(mode: str, cache_url: str, db_url: str, log: Log) -> None:
     def rebuild(key: str, how: str = "get_or_rebuild") -> tuple[int, int]:
         version = int(db.get(f"version:{key}") or 0)
         if how == "unleased":
-            # read() said: rebuild, nothing to commit (after wait_timeout or a
-            # Redis error). Not one of the coordinated rebuilds the bound is on.
-            log.write(kind="unleased rebuild", key=key, mode=mode)
+            # read() said: rebuild, nothing to commit (after wait_timeout or
+            # fail-open). Not one of the coordinated rebuilds the bound is on.
             time.sleep(REBUILD_SECONDS)
             return version, os.getpid()
         names, args, token = _running_args(key, version)
@@ -162,6 +161,9 @@ def run_threads(mode: str, cache_url: str, db_url: str, log: Log) -> None:
                     if read.found:
                         value = read.value
                     else:
+                        if read.lease is None:
+                            took = round(time.monotonic() - started, 4)
+                            log.write(kind="unleased rebuild", key=key, took=took, caller=n)
                         value = rebuild(key, "leased" if read.lease is not None else "unleased")
                         if read.lease is None or not sf.commit(read.lease, value, store_if_lapsed=True):
                             # The caller's own render, which the cache did not

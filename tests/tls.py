@@ -20,7 +20,6 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -32,7 +31,7 @@ import pytest
 import redis
 import trustme
 
-from stampede.testing import RedisServer
+from stampede.testing import RedisServer, _free_port
 
 __all__ = ["ENV_VAR", "Certificates", "TLSServer", "make_certificates", "tls_redis_server"]
 
@@ -216,12 +215,6 @@ def make_certificates(directory: Path) -> Certificates:
 
 
 # --- the server -----------------------------------------------------------------
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class TLSServer:
