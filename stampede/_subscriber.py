@@ -144,6 +144,11 @@ class Subscriber:
                     # A pushed invalidation reads as None too (RESP3): go on
                     # while anything is left, parsed or in the socket.
                     if tracking and link.pending(None):  # type: ignore[union-attr]
+                        if not link.same_socket():  # type: ignore[union-attr]
+                            # The pool was disconnected under it (the client
+                            # closed, a failover) and redis-py reconnected
+                            # without tracking: pending for good. Start over.
+                            raise redis.exceptions.ConnectionError("the tracking connection was replaced")
                         continue
                     break
                 if message.get("type") == "pong" and self._tracked.heartbeat.answered(message.get("data")):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -46,6 +48,21 @@ def pair(redis_url: str, protocol: int, namespace: str, driver: str) -> Iterator
 
 def commands(admin: redis.Redis) -> int:
     return commands_processed(admin)
+
+
+@pytest.mark.parametrize("protocol", [3, 2], ids=["resp3", "resp2"])
+def test_the_run_reads_with_the_parser_it_names(redis_url: str, protocol: int) -> None:
+    """``make test`` runs this file a second time with hiredis installed
+    (``STAMPEDE_TEST_PARSER=hiredis``): each parser's way of telling that
+    bytes wait unread is what a near hit relies on."""
+    wanted = os.environ.get("STAMPEDE_TEST_PARSER", "python")
+    with redis.Redis.from_url(redis_url, protocol=protocol) as client:
+        connection = client.connection_pool.get_connection()
+        try:
+            parser = type(connection._parser).__name__
+        finally:
+            client.connection_pool.release(connection)
+    assert ("Hiredis" in parser) == (wanted == "hiredis"), f"{parser} in a run for the {wanted} parser"
 
 
 def test_a_near_hit_sends_nothing_to_redis(pair: Any, client: redis.Redis) -> None:
@@ -119,6 +136,30 @@ def test_the_near_cache_is_dropped_while_its_connection_is_down(pair: Any, clien
     wait_until(lambda: reader._near.live)
     writer.set("k", "after", ttl=60)
     assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == "after"
+
+
+def test_a_pool_disconnected_under_the_subscriber_is_reconnected_and_not_spun_on(pair: Any) -> None:
+    """``disconnect()`` of the client's pool (the application closing the
+    client, redis-py after a failover) closes the tracking connection in use
+    too, and redis-py quietly opens another, without tracking."""
+    reader, writer = pair
+    writer.set("k", 1, ttl=60)
+    wait_until(lambda: reader.get_or_rebuild("k", Rebuilds(), ttl=60) == 1 and len(reader._near) == 1)
+    pool = reader.client.connection_pool
+    if reader.name == "asyncio":
+        reader.run(pool.disconnect())
+    else:
+        pool.disconnect()
+    cpu = time.process_time()
+    time.sleep(1.0)
+    # A listener spinning on the replaced connection burns a core: most of the second.
+    assert time.process_time() - cpu < 0.5
+    writer.set("k", 2, ttl=60)
+    assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == 2
+    hits = reader._near.counts["hits"]
+    wait_until(
+        lambda: reader.get_or_rebuild("k", Rebuilds(), ttl=60) == 2 and reader._near.counts["hits"] > hits
+    )
 
 
 def test_entries_are_bounded_and_each_caller_gets_its_own_value(
