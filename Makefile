@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## make test: install into .venv and run the whole suite against real redis-servers
-## (Django 5.2 LTS), the behaviour tests again with a near cache in every instance,
-## then the Django tests again on Django 6 where Python 3.12+ exists
+## (Django 5.2 LTS, redis-py's own parser), the behaviour tests again with a near
+## cache in every instance, then, where Python 3.12+ exists, the Django tests on
+## Django 6 and the near-cache and ACL tests, all with the hiredis parser
 test: $(STAMP)
 	$(BIN)/pytest
 	$(MAKE) test-near-cache
@@ -31,7 +32,7 @@ test-near-cache: $(STAMP)
 $(VENV6)/.installed: pyproject.toml
 	$(PYTHON_DJANGO6) -m venv $(VENV6)
 	$(VENV6)/bin/pip install --quiet --upgrade pip
-	$(VENV6)/bin/pip install --quiet -e ".[test]" "django>=6,<7"
+	$(VENV6)/bin/pip install --quiet -e ".[test,hiredis]" "django>=6,<7"
 	touch $@
 
 test-django6:
@@ -39,7 +40,7 @@ ifeq ($(PYTHON_DJANGO6),)
 	@echo "test-django6: no Python 3.12+ found; Django 6 not tested here"
 else
 	$(MAKE) $(VENV6)/.installed
-	$(VENV6)/bin/pytest tests/django_stampede
+	STAMPEDE_TEST_PARSER=hiredis $(VENV6)/bin/pytest tests/django_stampede tests/test_near_cache.py tests/test_acl.py
 endif
 
 ## make lint: ruff, mypy, and the generated blocking twins of asyncio sources, as CI runs them

@@ -15,10 +15,11 @@ from typing import Any
 
 import redis.exceptions
 
-from ._base import SWAP_BACKOFF, UNSET, StampedeBase, lost_connection
+from ._base import SWAP_BACKOFF, SWAP_MAX_BACKOFF, UNSET, StampedeBase, lost_connection
 from ._envelope import Entry
 from ._events import EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
+from ._flights import Turns
 from ._flow import FAILOVER_BACKOFF
 from ._keys import Keys
 from ._nodes import record_sharded, sharded_known
@@ -43,6 +44,9 @@ async def ask_sharded(client: Any) -> bool | None:
 class AsyncOperations(StampedeBase):
     """``get``, ``set``, ``delete``, ``invalidate``, ``add``, ``touch``, ``incr``,
     ``has_key``, the ``*_many`` calls, ``delete_prefix`` and ``clear``."""
+
+    #: A lock per key for signed updates (``threading.Lock`` or ``asyncio.Lock``).
+    _turns: Turns[Any]
 
     async def _shared_get(self, name: bytes) -> bytes | None:
         raise NotImplementedError
@@ -201,6 +205,16 @@ class AsyncOperations(StampedeBase):
         bytes and SWAP's expiry argument) by compare-and-set, as only this side
         can sign it. Returns the value it changed, or ``None`` when there was
         none that verifies."""
+        # Callers of this process take turns; only other processes' writes
+        # can make a swap fail.
+        turn = self._turns.take(keys.value)
+        try:
+            async with turn:
+                return await self._swap_in_turn(keys, change)
+        finally:
+            self._turns.give_back(keys.value)
+
+    async def _swap_in_turn(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
         raw = await self._reread(keys)
         deadline = self._clock.monotonic() + self.options.wait_timeout
         pause = SWAP_BACKOFF
@@ -216,11 +230,14 @@ class AsyncOperations(StampedeBase):
                     f"key {keys.name!r} kept changing under this update for wait_timeout "
                     f"({self.options.wait_timeout:g}s)"
                 )
-            # Someone else's write came first: start from it, after a random
-            # pause, so that many updaters of one key do not keep colliding.
+            # Another process's write came first: try again after a random
+            # pause, so that updaters in many processes do not keep colliding,
+            # from the value as it is after the pause (the one the refusal
+            # carried is older by then: retried with it, a loser would never
+            # win while others keep writing).
             await self._pause(random.uniform(0, pause))
-            pause = min(pause * 2, FAILOVER_BACKOFF)
-            raw = reply[1]
+            pause = min(pause * 2, SWAP_MAX_BACKOFF)
+            raw = await self._reread(keys)
 
     async def has_key(self, key: str | bytes) -> bool:
         """Whether ``key`` holds a value, fresh or stale."""

@@ -56,6 +56,7 @@ from ._signing import signer_from
 __all__ = [
     "LEASE_TAKEN",
     "SWAP_BACKOFF",
+    "SWAP_MAX_BACKOFF",
     "UNSET",
     "Lease",
     "Paused",
@@ -69,6 +70,8 @@ __all__ = [
 
 #: The first pause (s) of a signed ``incr`` or ``touch`` that another write overtook.
 SWAP_BACKOFF = 0.001
+#: Its longest: a loser must keep trying while others write, within ``wait_timeout``.
+SWAP_MAX_BACKOFF = 0.05
 
 #: The scripts that change a value (the others take, renew or free leases, or read).
 _WRITES = frozenset({"add", "commit", "incr", "invalidate", "swap", "touch", "write"})

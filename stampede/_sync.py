@@ -21,7 +21,7 @@ from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import EventKind, logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
-from ._flights import Flight, Flights
+from ._flights import Flight, Flights, Turns
 from ._flow import (
     RELEASE_GRACE,
     Flow,
@@ -145,6 +145,7 @@ class Stampede(Operations):
         self._executor: ThreadPoolExecutor | None = None
         self._executor_lock = threading.Lock()
         self._flights: Flights[threading.Event] = Flights(threading.Event)
+        self._turns = Turns(threading.Lock)
         self._subscriber = subscriber_for(client)
         self._near = self._near_store()
         if self._near is not None:
@@ -160,6 +161,7 @@ class Stampede(Operations):
         self._reads = {}
         self._reads_lock = threading.Lock()
         self._flights = Flights(threading.Event)
+        self._turns = Turns(threading.Lock)
         self._executor = None
         self._executor_lock = threading.Lock()
 

@@ -26,7 +26,7 @@ from ._cached import CachedFunction, key_builder
 from ._envelope import Entry
 from ._events import logger
 from ._exceptions import ConfigurationError, RedisUnavailableError
-from ._flights import Flight, Flights
+from ._flights import Flight, Flights, Turns
 from ._flow import (
     RELEASE_GRACE,
     Commit,
@@ -100,6 +100,7 @@ class Stampede(AsyncOperations):
     def __init__(self, client: Any, **kwargs: Any) -> None:
         super().__init__(client, **kwargs)
         self._flights: Flights[asyncio.Event] = Flights(asyncio.Event)
+        self._turns = Turns(asyncio.Lock)
         self._tasks: set[asyncio.Task[None]] = set()
         self._subscriber = async_subscriber_for(client)
         self._near = self._near_store()
