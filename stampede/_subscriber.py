@@ -222,6 +222,10 @@ class Subscriber:
             while True:
                 client = self._client_ref()
                 if client is None:
+                    # The client is gone, and with it any use for this
+                    # subscriber: it must not be started again (a thread a turn).
+                    with self._lock:
+                        self._closed = True
                     return
                 try:
                     if self._serve(client):
