@@ -224,6 +224,8 @@ def test_a_reader_loop_never_goes_back_behind_a_write_that_returned(pair: Any) -
         for i in range(1, 600):
             writer.set("k", i, ttl=60)
             written[0] = i
+            if i % 20 == 0:
+                time.sleep(0.003)  # now and then, time for reads to be served near between writes
 
     writing = threading.Thread(target=write)
     writing.start()
