@@ -12,6 +12,7 @@ The binary is ``redis-server`` from ``PATH``, else the one shipped in the
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import shutil
@@ -364,7 +365,10 @@ class RedisCluster(_Servers):
             ids = [_text(_command(client, "CLUSTER MYID")) for client in clients]
             _wait_for(lambda: all(_known_nodes(client) == len(clients) for client in clients), timeout)
             for j, client in enumerate(clients[self.masters :]):
-                _command(client, "CLUSTER REPLICATE", ids[j % self.masters])
+                master_id = ids[j % self.masters]
+                # A node counted as known may still be in handshake under
+                # another id: "Unknown node" until gossip settles.
+                _wait_for(functools.partial(_replicate, client, master_id), timeout)
             _wait_for(lambda: all(_cluster_ok(client) for client in clients), timeout)
             _wait_for(
                 lambda: all(
@@ -598,6 +602,17 @@ def _cluster_ok(client: redis.Redis) -> bool:
     info = _command(client, "CLUSTER INFO")
     state = info.get("cluster_state") if isinstance(info, dict) else None
     return state == "ok" or (state is None and "cluster_state:ok" in _text(info))
+
+
+def _replicate(client: redis.Redis, master_id: str) -> bool:
+    """``CLUSTER REPLICATE``; ``False`` while the node does not know the master yet."""
+    try:
+        _command(client, "CLUSTER REPLICATE", master_id)
+    except redis.ResponseError as exc:
+        if "Unknown node" in str(exc):
+            return False
+        raise
+    return True
 
 
 def _wait_for(condition: Callable[[], bool], timeout: float) -> None:
