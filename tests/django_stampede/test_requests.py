@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 import redis
+from asgiref.sync import ThreadSensitiveContext, sync_to_async
 from django.core.cache import caches
 from django.core.handlers.asgi import ASGIHandler
-from django.test import override_settings
+from django.test import AsyncClient, Client, override_settings
 
+from tests.django_stampede.project import views
 from tests.django_stampede.test_views import fetch
 from tests.helpers import wait_until
 
@@ -78,12 +80,56 @@ def test_each_cache_keeps_its_own_leases() -> None:
 
 async def test_leases_taken_by_child_tasks_belong_to_the_request(two_caches: None) -> None:
     cache = caches["default"]
-    await asyncio.gather(cache.aget("x"), cache.aget("y"))  # two misses, two leases, in child tasks
-    # The request holds them: asking again does not wait for itself...
-    assert await asyncio.wait_for(cache.aget("x", "mine"), 10) == "mine"
-    # ...and its set commits them.
-    await cache.aset("x", 1)
-    assert await cache.aget("x") == 1
+    async with ThreadSensitiveContext():  # one request, as Django's ASGI handler runs each
+        await asyncio.gather(cache.aget("x"), cache.aget("y"))  # two misses, two leases, in child tasks
+        # The request holds them: asking again does not wait for itself...
+        assert await asyncio.wait_for(cache.aget("x", "mine"), 10) == "mine"
+        # ...its sync code sees them too...
+        assert await sync_to_async(cache.get)("y", "mine") == "mine"
+        # ...and its set commits them.
+        await cache.aset("x", 1)
+        assert await cache.aget("x") == 1
+
+
+@pytest.mark.parametrize("before", ["a miss", "a sync request"])
+def test_what_the_main_thread_did_first_is_not_shared_by_the_requests_that_follow(
+    two_caches: None, before: str
+) -> None:
+    # A miss at start-up (a flag read in AppConfig.ready, say) or a test's
+    # sync request, in the main thread: every ASGI request's context is copied
+    # from there. They once shared that thread's leases, so each request's get
+    # took another's lease for its own and rendered the page itself.
+    cache = caches["default"]
+    if before == "a miss":
+        assert cache.get("start-up-flag") is None
+    else:
+        assert Client().get("/ping/").status_code == 200
+    views.renders.reset()
+
+    async def together() -> list[Any]:
+        return await asyncio.gather(*(AsyncClient().get("/async-page/") for _ in range(6)))
+
+    replies = asyncio.run(together())
+    assert [reply.content for reply in replies] == [b"render 1"] * 6
+    assert views.renders.value == 1
+
+
+def test_a_lease_taken_outside_any_request_is_the_taking_tasks_alone(two_caches: None) -> None:
+    cache = caches["default"]
+
+    async def scenario() -> None:
+        assert await cache.aget("k") is None  # this task's lease
+
+        async def other() -> Any:
+            return await cache.aget("k", "waited")  # not this task's: waits, as any other caller
+
+        other_task = asyncio.ensure_future(other())
+        await asyncio.sleep(0.2)
+        assert not other_task.done()
+        await cache.aset("k", "built")  # commits this task's lease; wakes the other
+        assert await asyncio.wait_for(other_task, 10) == "built"
+
+    asyncio.run(scenario())
 
 
 def test_asgi_request_that_fails_after_a_miss_frees_its_lease(two_caches: None) -> None:

@@ -1,0 +1,74 @@
+"""Django under load that lasts: clients asking for a page again and again across several expiries,
+through the servers people deploy with, as processes of their own (``bench._sustained``).
+
+Each server renders a page at most once per window (the cold start, then once
+per expiry, never twice before the page it stored has gone stale), answers
+every request with 200, and holds few Redis connections per process whatever
+the number of requests waiting. Under the ASGI servers and gevent, an uncached
+page is answered while a crowd waits for a render. The app misses a key in its
+main thread at start-up, as many sites do. Counts, never durations; the long
+run, with stock Django side by side, is ``python -m bench --scenario sustained``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from bench import _sustained
+
+#: Clients asking at once, seconds of asking, the page's timeout and its render's length: about
+#: four windows per page.
+CLIENTS = 150
+SECONDS = 5.0
+TTL = 1
+RENDER_SECONDS = 0.3
+#: Redis connections one server process may hold, at most.
+CONNECTIONS = 30
+
+_namespaces = itertools.count()
+
+ASGI = ["uvicorn", "uvicorn-2", "gunicorn-uvicorn", "hypercorn", "daphne"]
+WSGI = ["gunicorn-sync", "gunicorn-gthread", "gunicorn-gevent"]
+#: Async views under django_stampede.cache_page, a sync view under Django's cache_page (run in a
+#: thread per request by Django's ASGI handler), and cache-aside by hand with aget/aset.
+ASGI_PAGES = ["/apage", "/page", "/aaside"]
+
+
+def _server(name: str) -> _sustained.Server:
+    server = _sustained.SERVERS[name]
+    missing = server.missing()
+    if missing:
+        pytest.fail(f"{server.label} needs {', '.join(missing)}: install the test extra")
+    return server
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ASGI + WSGI)
+def test_each_page_is_rendered_once_per_window_with_no_error(name: str, redis_url: str) -> None:
+    server = _server(name)
+    pages = ASGI_PAGES if server.interface == "asgi" else ["/page"]
+    with _sustained.app(
+        server,
+        "django",
+        backend="stampede",
+        redis_url=redis_url,
+        namespace=f"sustained{os.getpid()}-{next(_namespaces)}",
+        ttl=TTL,
+        render_seconds=RENDER_SECONDS,
+    ) as served:
+        if server.waits_free:  # not when each waiting request holds one of a few threads
+            seen = _sustained.meanwhile(served, pages[0], 40)
+            assert seen.ping == (200, b"0"), "the uncached page waited for the render"
+            assert seen.crowd == [(200, seen.crowd[0][1])] * 40, seen.crowd  # type: ignore[index]
+            assert seen.begun == 1
+        for page in pages:
+            outcome = _sustained.load(served, page, clients=CLIENTS, seconds=SECONDS)
+            assert outcome.load.failed == 0, outcome.describe()
+            assert not outcome.server_errors, outcome.describe()
+            assert outcome.overlaps == [], outcome.describe()
+            assert outcome.begun == len(outcome.renders), outcome.describe()  # none left unfinished
+            assert len(outcome.renders) >= 2, outcome.describe()  # it expired meanwhile
+            assert outcome.peak_connections < CONNECTIONS, outcome.describe()

@@ -1,0 +1,62 @@
+"""Flask under load that lasts: clients asking for a page again and again across several expiries,
+through gunicorn's gthread and gevent workers and, behind an ASGI adapter (a2wsgi), uvicorn
+(``bench._sustained``).
+
+``@stampede.cached`` on sync and async views and Flask-Caching's ``@cache.cached``
+on ``flask_stampede.StampedeCache`` render a page at most once per window, answer
+every request with 200 and hold few Redis connections per process; under gevent
+an uncached page is answered while a crowd waits for a render. Flask's async
+views are not run under gevent: Flask itself cannot (asyncio sees one running
+loop per OS thread, which all greenlets share), with or without stampede.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from bench import _sustained
+from tests.django_stampede.test_sustained_load import CLIENTS, CONNECTIONS, RENDER_SECONDS, SECONDS, TTL
+
+_namespaces = itertools.count()
+
+#: The servers, and the pages each serves: ``/page`` (``@stampede.cached``), ``/fc-page``
+#: (Flask-Caching on stampede's backend), ``/apage`` (an async view under ``@stampede.cached``).
+PAGES = {
+    "gunicorn-gthread": ["/page", "/fc-page", "/apage"],
+    "gunicorn-gevent": ["/page", "/fc-page"],
+    "uvicorn": ["/apage", "/page"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(PAGES))
+def test_each_page_is_rendered_once_per_window_with_no_error(name: str, redis_url: str) -> None:
+    server = _sustained.SERVERS[name]
+    missing = server.missing()
+    if missing:
+        pytest.fail(f"{server.label} needs {', '.join(missing)}: install the test extra")
+    with _sustained.app(
+        server,
+        "flask",
+        backend="stampede",
+        redis_url=redis_url,
+        namespace=f"fsustained{os.getpid()}-{next(_namespaces)}",
+        ttl=TTL,
+        render_seconds=RENDER_SECONDS,
+    ) as served:
+        if server.interface == "wsgi" and server.waits_free:  # gevent; behind the adapter, threads wait
+            seen = _sustained.meanwhile(served, PAGES[name][0], 40)
+            assert seen.ping == (200, b"0"), "the uncached page waited for the render"
+            assert seen.crowd == [(200, seen.crowd[0][1])] * 40, seen.crowd  # type: ignore[index]
+            assert seen.begun == 1
+        for page in PAGES[name]:
+            outcome = _sustained.load(served, page, clients=CLIENTS, seconds=SECONDS)
+            assert outcome.load.failed == 0, outcome.describe()
+            assert not outcome.server_errors, outcome.describe()
+            assert outcome.overlaps == [], outcome.describe()
+            assert outcome.begun == len(outcome.renders), outcome.describe()
+            assert len(outcome.renders) >= 2, outcome.describe()
+            assert outcome.peak_connections < CONNECTIONS, outcome.describe()
