@@ -7,7 +7,9 @@ share that one instead. One set of worker processes runs every phase of
 every peer, so the peers are measured in the same conditions, alternating
 where a scenario allows. The many-waiters scenario (``--scenario many``,
 :mod:`bench.manywaiters`) needs no peer and no worker: it runs stampede's
-entry points one cell at a time, each on a fresh redis-server. The tables
+entry points one cell at a time, each on a fresh redis-server; so does the
+sustained-load scenario (``--scenario sustained``, :mod:`bench.sustained`),
+with stock Django and Flask-Caching beside it, page by page. The tables
 also go to ``bench/results/latest.md`` and the plot to
 ``bench/results/latest.png``; progress goes to stderr.
 """
@@ -33,7 +35,7 @@ import redis
 import stampede
 from stampede.testing import RedisServer
 
-from . import _servers, coherence, cold, hitpath, hot, manywaiters, plot, summary, topologies
+from . import _servers, coherence, cold, hitpath, hot, manywaiters, plot, summary, sustained, topologies
 from ._load import WorkerError, run_phases
 from ._meter import CommandMeter
 from ._phase import Phase, PhaseResult
@@ -45,7 +47,7 @@ from .summary import Figures
 
 PROCESSES = 4
 THREADS = 16
-SCENARIOS = ("hit", "cold", "hot", "coherence", "many", "cluster")
+SCENARIOS = ("hit", "cold", "hot", "coherence", "many", "sustained", "cluster")
 #: The scenarios of the worker processes' load (:func:`run`); coherence has processes of its own.
 LOAD = ("hit", "cold", "hot")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
@@ -97,6 +99,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         f"{', '.join(map(str, manywaiters.COUNTS))}); a small N makes a quick check",
     )
     parser.add_argument(
+        "--sustained-row",
+        action="append",
+        choices=[row.name for row in sustained.ROWS],
+        help="sustained: run only this page under this server (repeatable; default: all installed)",
+    )
+    parser.add_argument(
         "--many-entry",
         action="append",
         choices=[point.name for point in manywaiters.ENTRY_POINTS],
@@ -140,9 +148,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = QUICK if args.quick else FULL
     chosen = [name for name in SCENARIOS if name in (args.scenario or SCENARIOS)]
-    # "many" and "cluster" need no peer: they measure stampede alone
-    # (bench.manywaiters; bench.topologies, on one server and on a cluster).
-    peer_scenarios = [name for name in chosen if name not in ("many", "cluster")]
+    # "many", "sustained" and "cluster" need no peer: they measure stampede alone or beside the
+    # frameworks' stock caches (bench.manywaiters; bench.sustained; bench.topologies, on one
+    # server and on a cluster).
+    peer_scenarios = [name for name in chosen if name not in ("many", "sustained", "cluster")]
     asked = [peer for peer in PEERS if peer.name in (args.peer or [p.name for p in PEERS])]
     # A peer that takes part in none of the chosen scenarios (a hit-only one with --scenario cold)
     # has nothing to run: no server, no warm-up, no row.
@@ -168,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures: list[Figures] = []
     where = version = ""
     many: Section | None = None
+    lasting: Section | None = None
     coherent: Section | None = None
     topology: Section | None = None
     try:
@@ -183,6 +193,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 redis_url=args.redis_url,
                 log=log,
             )
+        if "sustained" in chosen:
+            lasting = sustained.run(names=args.sustained_row, log=log)
         if "cluster" in chosen:
             log("cluster: one server and a 3-master cluster, Redis 6.2 and Valkey 8")
             topology = topologies.section(trials=3 if args.quick else 7, seconds=2.0 if args.quick else 4.0)
@@ -208,6 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             coherent = dataclasses.replace(coherent, notes=[*coherent.notes, *notes])
     if many is not None:
         sections.append(many)
+    if lasting is not None:
+        sections.append(lasting)
     if coherent is not None:
         sections.append(coherent)
     if topology is not None:

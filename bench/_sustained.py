@@ -41,6 +41,7 @@ __all__ = [
     "Outcome",
     "Served",
     "Server",
+    "ServerError",
     "app",
     "crowd",
     "drive",
