@@ -195,6 +195,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         if "sustained" in chosen:
             lasting = sustained.run(names=args.sustained_row, log=log)
+            binary = _servers.default_binary()  # every row's server is a fresh one of these
+            found = _servers.redis_version(binary) if binary else None
+            version = version or (".".join(map(str, found)) if found else "")
         if "cluster" in chosen:
             log("cluster: one server and a 3-master cluster, Redis 6.2 and Valkey 8")
             topology = topologies.section(trials=3 if args.quick else 7, seconds=2.0 if args.quick else 4.0)

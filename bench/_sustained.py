@@ -14,6 +14,7 @@ import contextlib
 import http.client
 import importlib.util
 import itertools
+import math
 import os
 import signal
 import subprocess
@@ -32,7 +33,7 @@ import psutil
 from ._apps.sustained_config import AppConfig, Backend
 from ._appserver import SOURCE_ROOT, errors_in_log, free_port, tail
 from ._stats import percentile
-from ._timeline import Render, Timeline
+from ._timeline import GATE, Render, Timeline
 
 __all__ = [
     "SERVERS",
@@ -169,10 +170,10 @@ class Served:
 
     def close_gate(self) -> None:
         """Hold every render open (begun, not ended) until :meth:`open_gate`."""
-        self.timeline("").close_gate()
+        Path(self.config.timeline, GATE).touch()
 
     def open_gate(self) -> None:
-        self.timeline("").open_gate()
+        Path(self.config.timeline, GATE).unlink(missing_ok=True)
 
     def check(self) -> None:
         if self.process.poll() is not None:
@@ -322,17 +323,18 @@ def drive(port: int, path: str, *, clients: int, seconds: float, timeout: float 
     after another until ``seconds`` have passed."""
     load = Load()
     lock = threading.Lock()
-    barrier = threading.Barrier(clients)
-    end: list[float] = []
+    end = math.inf
+
+    def start() -> None:  # run once, by the last client to reach the barrier
+        nonlocal end
+        end = time.monotonic() + seconds
+
+    barrier = threading.Barrier(clients, action=start)
 
     def client() -> None:
         connection: http.client.HTTPConnection | None = None
         barrier.wait(60.0)
-        if not end:
-            with lock:
-                if not end:
-                    end.append(time.monotonic() + seconds)
-        while time.monotonic() < end[0]:
+        while time.monotonic() < end:
             started = time.monotonic()
             try:
                 if connection is None:
@@ -460,12 +462,6 @@ class Outcome:
     @property
     def overlaps(self) -> list[tuple[Render, Render]]:
         return window_overlaps(self.renders, self.ttl)
-
-    @property
-    def windows(self) -> int:
-        """How many windows a single-flight cache renders in: the cold start, then one per expiry,
-        each at least ``ttl`` + a render after the one before."""
-        return 1 + int(self.seconds // (self.ttl + self.render_seconds))
 
     def describe(self) -> str:
         errors = ", ".join(f"{count} x {name}" for name, count in self.server_errors.most_common(3)) or "none"

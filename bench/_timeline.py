@@ -18,7 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["GATE_LIMIT", "Render", "Timeline"]
+__all__ = ["GATE", "GATE_LIMIT", "Render", "Timeline"]
+
+#: The gate's file name, in a run's directory.
+GATE = "gate"
 
 #: Seconds a render waits at most for a closed gate to open.
 GATE_LIMIT = 60.0
@@ -41,7 +44,7 @@ class Timeline:
         self.root = Path(root)
         self.begun_file = self.root / f"{page}.begun"
         self.done_file = self.root / f"{page}.done"
-        self.gate_file = self.root / "gate"
+        self.gate_file = self.root / GATE
 
     # --- the server's side -------------------------------------------------------
 
@@ -93,12 +96,6 @@ class Timeline:
             return []
         found = [Render(*map(float, line.split())) for line in lines if line.strip()]
         return sorted(found, key=lambda render: render.start)
-
-    def close_gate(self) -> None:
-        self.gate_file.touch()
-
-    def open_gate(self) -> None:
-        self.gate_file.unlink(missing_ok=True)
 
 
 def _append(path: Path, data: bytes) -> None:

@@ -5,12 +5,24 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-__all__ = ["TTL", "Backend", "configure"]
+__all__ = ["LOGGING", "TTL", "Backend", "configure"]
 
 #: Seconds a page stays cached: far longer than a run, so each run sees one cold key and no expiry.
 TTL = 60
 
 Backend = Literal["stampede", "stock"]
+
+#: Django's logging for a benchmark's server: with DEBUG off, Django only mails a view's exception
+#: to the admins; this sends it to stderr, where the benchmark reads which errors the server hit.
+LOGGING: dict[str, Any] = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"stderr": {"class": "logging.StreamHandler"}},
+    "loggers": {
+        "django.request": {"handlers": ["stderr"], "level": "ERROR", "propagate": False},
+        "stampede": {"handlers": ["stderr"], "level": "WARNING"},
+    },
+}
 
 
 def _cache(backend: Backend, url: str, namespace: str) -> dict[str, Any]:
@@ -44,16 +56,6 @@ def configure(backend: Backend, url: str, namespace: str) -> None:
         DATABASES={},
         USE_TZ=True,
         CACHES={"default": _cache(backend, url, namespace)},
-        LOGGING={
-            "version": 1,
-            "disable_existing_loggers": False,
-            "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-            # With DEBUG off, Django only mails a view's exception to the admins: send it to stderr,
-            # where the benchmark reads which errors the server hit.
-            "loggers": {
-                "django.request": {"handlers": ["stderr"], "level": "ERROR", "propagate": False},
-                "stampede": {"handlers": ["stderr"], "level": "WARNING"},
-            },
-        },
+        LOGGING=LOGGING,
     )
     django.setup()

@@ -28,6 +28,7 @@ import django
 from django.conf import settings
 
 from .._timeline import Timeline
+from .django_site import LOGGING
 from .sustained_config import AppConfig
 
 CONFIG = AppConfig.from_env()
@@ -61,17 +62,7 @@ settings.configure(
     DATABASES={},
     USE_TZ=True,
     CACHES={"default": _cache()},
-    LOGGING={
-        "version": 1,
-        "disable_existing_loggers": False,
-        "handlers": {"stderr": {"class": "logging.StreamHandler"}},
-        # With DEBUG off Django only mails a view's exception to the admins: send it to stderr,
-        # where the driver counts the errors the server hit.
-        "loggers": {
-            "django.request": {"handlers": ["stderr"], "level": "ERROR", "propagate": False},
-            "stampede": {"handlers": ["stderr"], "level": "WARNING"},
-        },
-    },
+    LOGGING=LOGGING,
 )
 django.setup()
 

@@ -29,6 +29,15 @@ TIMELINES = {page: Timeline(CONFIG.timeline, page) for page in PAGES}
 View = Callable[..., Any]
 
 app = Flask(__name__)
+_caching: dict[str, Any] = {
+    "CACHE_REDIS_URL": CONFIG.redis_url,
+    "CACHE_KEY_PREFIX": f"{CONFIG.namespace}:fc:",
+}
+if CONFIG.backend == "stampede":
+    _caching.update(CACHE_TYPE="flask_stampede.StampedeCache", CACHE_OPTIONS={"stale_ttl": CONFIG.stale_ttl})
+else:
+    _caching.update(CACHE_TYPE="RedisCache")
+cache = Cache(app, config=_caching)
 if CONFIG.backend == "stampede":
     from flask_stampede import Stampede
 
@@ -37,26 +46,8 @@ if CONFIG.backend == "stampede":
         STAMPEDE_NAMESPACE=CONFIG.namespace,
         STAMPEDE_STALE_TTL=CONFIG.stale_ttl,
     )
-    cache = Cache(
-        app,
-        config={
-            "CACHE_TYPE": "flask_stampede.StampedeCache",
-            "CACHE_REDIS_URL": CONFIG.redis_url,
-            "CACHE_KEY_PREFIX": f"{CONFIG.namespace}:fc:",
-            "CACHE_OPTIONS": {"stale_ttl": CONFIG.stale_ttl},
-        },
-    )
-    stampede = Stampede(app)
-    cached: Callable[[View], View] = stampede.cached(ttl=CONFIG.ttl)
+    cached: Callable[[View], View] = Stampede(app).cached(ttl=CONFIG.ttl)
 else:
-    cache = Cache(
-        app,
-        config={
-            "CACHE_TYPE": "RedisCache",
-            "CACHE_REDIS_URL": CONFIG.redis_url,
-            "CACHE_KEY_PREFIX": f"{CONFIG.namespace}:fc:",
-        },
-    )
     cached = cache.cached(timeout=CONFIG.ttl)
 flask_caching_cached: Callable[[View], View] = cache.cached(timeout=CONFIG.ttl)
 

@@ -61,7 +61,8 @@ class _Held:
         self.thread: int | None = None
         self.task: weakref.ref[asyncio.Task[Any]] | None = None
         if owned:
-            self.thread, task = _here()
+            self.thread = threading.get_ident()
+            task = _current_task()
             self.task = None if task is None else weakref.ref(task)
 
     def is_mine(self) -> bool:
@@ -69,9 +70,9 @@ class _Held:
             return False
         if self.thread is None:
             return True  # a WSGI request's, inherited by the tasks it started
-        thread, task = _here()
-        if thread != self.thread:
+        if threading.get_ident() != self.thread:
             return False
+        task = _current_task()
         if task is None:
             return True
         owner = None if self.task is None else self.task()
@@ -84,12 +85,11 @@ class _Held:
         return owner is task
 
 
-def _here() -> tuple[int, asyncio.Task[Any] | None]:
+def _current_task() -> asyncio.Task[Any] | None:
     try:
-        task = asyncio.current_task()
+        return asyncio.current_task()
     except RuntimeError:  # no event loop runs in this thread
-        task = None
-    return threading.get_ident(), task
+        return None
 
 
 _current: ContextVar[_Held | None] = ContextVar("django_stampede_held", default=None)

@@ -18,15 +18,7 @@ import os
 import pytest
 
 from bench import _sustained
-
-#: Clients asking at once, seconds of asking, the page's timeout and its render's length: about
-#: four windows per page.
-CLIENTS = 150
-SECONDS = 5.0
-TTL = 1
-RENDER_SECONDS = 0.3
-#: Redis connections one server process may hold, at most.
-CONNECTIONS = 30
+from tests.sustained import RENDER_SECONDS, TTL, check_load, check_meanwhile
 
 _namespaces = itertools.count()
 
@@ -60,15 +52,6 @@ def test_each_page_is_rendered_once_per_window_with_no_error(name: str, redis_ur
         render_seconds=RENDER_SECONDS,
     ) as served:
         if server.waits_free:  # not when each waiting request holds one of a few threads
-            seen = _sustained.meanwhile(served, pages[0], 40)
-            assert seen.ping == (200, b"0"), "the uncached page waited for the render"
-            assert seen.crowd == [(200, seen.crowd[0][1])] * 40, seen.crowd  # type: ignore[index]
-            assert seen.begun == 1
+            check_meanwhile(served, pages[0])
         for page in pages:
-            outcome = _sustained.load(served, page, clients=CLIENTS, seconds=SECONDS)
-            assert outcome.load.failed == 0, outcome.describe()
-            assert not outcome.server_errors, outcome.describe()
-            assert outcome.overlaps == [], outcome.describe()
-            assert outcome.begun == len(outcome.renders), outcome.describe()  # none left unfinished
-            assert len(outcome.renders) >= 2, outcome.describe()  # it expired meanwhile
-            assert outcome.peak_connections < CONNECTIONS, outcome.describe()
+            check_load(served, page)

@@ -18,7 +18,7 @@ import os
 import pytest
 
 from bench import _sustained
-from tests.django_stampede.test_sustained_load import CLIENTS, CONNECTIONS, RENDER_SECONDS, SECONDS, TTL
+from tests.sustained import RENDER_SECONDS, TTL, check_load, check_meanwhile
 
 _namespaces = itertools.count()
 
@@ -50,15 +50,6 @@ def test_each_page_is_rendered_once_per_window_with_no_error(name: str, redis_ur
         render_seconds=RENDER_SECONDS,
     ) as served:
         if server.interface == "wsgi" and server.waits_free:  # gevent; behind the adapter, threads wait
-            seen = _sustained.meanwhile(served, PAGES[name][0], 40)
-            assert seen.ping == (200, b"0"), "the uncached page waited for the render"
-            assert seen.crowd == [(200, seen.crowd[0][1])] * 40, seen.crowd  # type: ignore[index]
-            assert seen.begun == 1
+            check_meanwhile(served, PAGES[name][0])
         for page in PAGES[name]:
-            outcome = _sustained.load(served, page, clients=CLIENTS, seconds=SECONDS)
-            assert outcome.load.failed == 0, outcome.describe()
-            assert not outcome.server_errors, outcome.describe()
-            assert outcome.overlaps == [], outcome.describe()
-            assert outcome.begun == len(outcome.renders), outcome.describe()
-            assert len(outcome.renders) >= 2, outcome.describe()
-            assert outcome.peak_connections < CONNECTIONS, outcome.describe()
+            check_load(served, page)
