@@ -36,8 +36,8 @@ from ._serializers import Serializer as Serializer
 from ._serializers import serializer_from as serializer_from
 from ._signing import Signer as Signer
 from ._signing import signer_from as signer_from
-from ._sync import Stampede as Stampede
-from ._sync import redis_client as redis_client
+from ._sync.stampede import Stampede as Stampede
+from ._sync.stampede import redis_client as redis_client
 from ._urls import redact as redact_url
 
 __version__ = "0.1.0"

@@ -1,10 +1,10 @@
 """The operations of a cache besides ``get_or_rebuild`` and the lease API, written once.
 
-Written in ``_aoperations.py`` (asyncio); ``_operations.py``, the blocking
-twin, is generated from it by ``python tools/unasync.py`` (``make lint``
-checks that the two agree). The drivers supply the I/O these build on: ``_shared_get``
-(a GET shared by concurrent callers) and ``_script`` (one script, errors
-translated, later reads kept from sharing an older reply).
+The asyncio source; the blocking twin is generated from it by
+``python tools/unasync.py`` (``make lint`` checks that the two agree). The
+driver supplies the I/O these build on: ``_shared_get`` (a GET shared by
+concurrent callers) and ``_script`` (one script, errors translated, later
+reads kept from sharing an older reply).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class AsyncOperations(StampedeBase):
     """``get``, ``set``, ``delete``, ``invalidate``, ``add``, ``touch``, ``incr``,
     ``has_key``, the ``*_many`` calls, ``delete_prefix`` and ``clear``."""
 
-    #: A lock per key for signed updates (``threading.Lock`` or ``asyncio.Lock``).
+    #: A lock per key for signed updates (a lock of the flavour's).
     _turns: Turns[Any]
 
     async def _shared_get(self, name: bytes) -> bytes | None:

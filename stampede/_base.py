@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import random
@@ -64,7 +63,6 @@ __all__ = [
     "StampedeBase",
     "SystemClock",
     "lost_connection",
-    "on_event_loop_thread",
 ]
 
 
@@ -156,15 +154,6 @@ UNSET: Any = _Unset()
 #: What a ``read`` flight tells the callers that joined it when its leader
 #: took the lease: wait (in the next flight) for that caller's commit.
 LEASE_TAKEN: Any = _Unset()
-
-
-def on_event_loop_thread() -> bool:
-    """Whether this thread is running an event loop, which a blocking wait would freeze."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 class SystemClock:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ._exceptions import ConfigurationError
-from ._sync import Stampede
+from ._sync.stampede import Stampede
 
 __all__ = ["configure", "default", "get_or_rebuild"]
 

@@ -125,6 +125,10 @@ class Subscriber:
         finally:
             self._io.release()
 
+    def settled(self) -> bool:
+        """What :meth:`quiet` said: it drains pending data itself, in the caller."""
+        return False
+
     def revive(self) -> None:
         """Start the listener if near caches are tracked and it is not running
         (after a fork: it did not come along). Asked by reads while a near

@@ -3,9 +3,12 @@
 ``python tools/unasync.py`` rewrites each twin; ``--check`` only compares
 and exits 1 naming the files that would change (``make lint`` runs it, so
 an edit to one side alone fails CI). The asyncio file is the source: the
-rewrite is by tokens (``async def``, ``await``, ``async for``, ``async with``
-and the names in :data:`NAMES`), so the source must be written so that
-removing them leaves correct blocking code.
+rewrite is by tokens (``async def``, ``await``, ``async for``, ``async with``,
+and the names below), so the source must be written so that removing them
+leaves correct blocking code. What truly differs between the flavours is in
+``stampede/_primitives.py``, where each ``AsyncX`` or ``async_x`` has its
+blocking twin ``X`` or ``x``. A rule that no source uses is an error, so the
+rules cannot rot.
 """
 
 from __future__ import annotations
@@ -18,41 +21,65 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Source (asyncio) -> twin (blocking), relative to the repository.
-TWINS = {"stampede/_aoperations.py": "stampede/_operations.py"}
+TWINS = {
+    "stampede/_aoperations.py": "stampede/_operations.py",
+    "stampede/_async/stampede.py": "stampede/_sync/stampede.py",
+}
 
-#: Names renamed in the twin.
-NAMES = {"AsyncOperations": "Operations"}
-
-_RULES = [
-    (re.compile(r"\basync def\b"), "def"),
-    (re.compile(r"\bawait "), ""),
-    (re.compile(r"\basync (for|with)\b"), r"\1"),
-    *((re.compile(rf"\b{old}\b"), new) for old, new in NAMES.items()),
+#: (pattern, replacement), applied in this order to every source.
+RULES = [
+    (r"\basync def\b", "def"),
+    (r"\bawait ", ""),
+    (r"\basync (for|with)\b", r"\1"),
+    # The flavour primitives, and the classes named for their flavour.
+    (r"\bAsync([A-Z]\w*)", r"\1"),
+    (r"\basync_(\w+)", r"\1"),
+    # Modules whose blocking twin has another name.
+    (r"\b_aoperations\b", "_operations"),
+    (r"\b_asubscriber\b", "_subscriber"),
+    # redis-py's and the instances' own closing and context managers.
+    (r"\baclose\b", "close"),
+    (r"\b__aenter__\b", "__enter__"),
+    (r"\b__aexit__\b", "__exit__"),
+    (r"\basynchronous=True\b", "asynchronous=False"),
+    # A decorated coroutine function returns an awaitable; a blocking one, the value.
+    (r"\bCachedFunction\[Awaitable\[Any\]\]", "CachedFunction[Any]"),
 ]
 
+_COMPILED = [(re.compile(pattern), replacement) for pattern, replacement in RULES]
 
-def unasync(text: str, source: str, twin: str) -> str:
-    """The blocking twin of ``text``, formatted as ``ruff format`` would (lines
-    that lost an ``await`` may now fit on one)."""
-    for pattern, replacement in _RULES:
-        text = pattern.sub(replacement, text)
+
+def unasync(text: str, source: str, twin: str, used: set[str]) -> str:
+    """The blocking twin of ``text``, with the imports it no longer needs
+    dropped and formatted as ``ruff format`` would (lines that lost an
+    ``await`` may now fit on one). ``used`` gains the patterns that matched."""
+    for pattern, replacement in _COMPILED:
+        text, count = pattern.subn(replacement, text)
+        if count:
+            used.add(pattern.pattern)
     banner = f"# Generated from {source} by tools/unasync.py: edit that file, then run the tool.\n"
-    formatted = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--stdin-filename", twin, "-"],
-        input=banner + text,
+    text = _ruff(["check", "--fix-only", "--select", "F401,I", "--exit-zero"], twin, banner + text)
+    return _ruff(["format"], twin, text)
+
+
+def _ruff(args: list[str], filename: str, text: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "--stdin-filename", filename, "-"],
+        input=text,
         capture_output=True,
         text=True,
         check=True,
         cwd=ROOT,
     )
-    return formatted.stdout
+    return done.stdout
 
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     stale = []
+    used: set[str] = set()
     for source, twin in TWINS.items():
-        wanted = unasync((ROOT / source).read_text(), source, twin)
+        wanted = unasync((ROOT / source).read_text(), source, twin, used)
         path = ROOT / twin
         if path.exists() and path.read_text() == wanted:
             continue
@@ -61,6 +88,10 @@ def main(argv: list[str]) -> int:
         else:
             path.write_text(wanted)
             print(f"wrote {twin}")
+    unused = [pattern for pattern, _ in RULES if pattern not in used]
+    if unused:
+        print(f"rules no source uses (remove them): {', '.join(unused)}", file=sys.stderr)
+        return 1
     if stale:
         print(f"out of date (run python tools/unasync.py): {', '.join(stale)}", file=sys.stderr)
         return 1

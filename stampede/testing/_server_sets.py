@@ -65,34 +65,11 @@ def text(reply: object) -> str:
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
-def _known_nodes(client: redis.Redis) -> int:
-    nodes = command(client, "CLUSTER NODES")
-    # redis-py parses the reply into a dict of nodes; older versions give the text.
-    return len(nodes) if isinstance(nodes, dict) else len(text(nodes).strip().splitlines())
-
-
 def replicated(client: redis.Redis) -> bool:
     """Every replica of the server ``client`` talks to has all it wrote."""
     info = client.info("replication")
     offsets = [value["offset"] for key, value in info.items() if key.startswith("slave")]
     return bool(offsets) and all(offset == info["master_repl_offset"] for offset in offsets)
-
-
-def _cluster_ok(client: redis.Redis) -> bool:
-    info = command(client, "CLUSTER INFO")
-    state = info.get("cluster_state") if isinstance(info, dict) else None
-    return state == "ok" or (state is None and "cluster_state:ok" in text(info))
-
-
-def _replicate(client: redis.Redis, master_id: str) -> bool:
-    """``CLUSTER REPLICATE``; ``False`` while the node does not know the master yet."""
-    try:
-        command(client, "CLUSTER REPLICATE", master_id)
-    except redis.ResponseError as exc:
-        if "Unknown node" in str(exc):
-            return False
-        raise
-    return True
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> None:

@@ -1,0 +1,1 @@
+"""The blocking flavour, generated from ``stampede/_async/`` by ``tools/unasync.py``: never edit by hand."""
