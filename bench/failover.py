@@ -22,7 +22,7 @@ import redis.cluster
 import redis.sentinel
 
 import stampede
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from stampede.testing import RedisCluster, RedisSentinel, RedisServer, find_valkey_server
 
 from .report import Section, Table, render_section

@@ -11,34 +11,34 @@ from __future__ import annotations
 
 from ._base import Lease as Lease
 from ._base import Read as Read
-from ._cached import CachedFunction as CachedFunction
-from ._cached import function_key as function_key
+from ._core.cached import CachedFunction as CachedFunction
+from ._core.cached import function_key as function_key
+from ._core.envelope import Entry as Entry
+from ._core.events import Event as Event
+from ._core.events import EventHook as EventHook
+from ._core.events import EventKind as EventKind
+from ._core.events import hook_from as hook_from
+from ._core.near import NearCache as NearCache
+from ._core.options import Options as Options
+from ._core.serializers import Compressed as Compressed
+from ._core.serializers import JsonSerializer as JsonSerializer
+from ._core.serializers import PickleSerializer as PickleSerializer
+from ._core.serializers import Serializer as Serializer
+from ._core.serializers import serializer_from as serializer_from
+from ._core.signing import Signer as Signer
+from ._core.signing import signer_from as signer_from
 from ._default import configure as configure
 from ._default import default as default
 from ._default import get_or_rebuild as get_or_rebuild
-from ._envelope import Entry as Entry
-from ._events import Event as Event
-from ._events import EventHook as EventHook
-from ._events import EventKind as EventKind
-from ._events import hook_from as hook_from
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import KeyTypeError as KeyTypeError
 from ._exceptions import RedisUnavailableError as RedisUnavailableError
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import StampedeError as StampedeError
 from ._exceptions import WaitTimeoutError as WaitTimeoutError
-from ._near import NearCache as NearCache
-from ._options import Options as Options
-from ._serializers import Compressed as Compressed
-from ._serializers import JsonSerializer as JsonSerializer
-from ._serializers import PickleSerializer as PickleSerializer
-from ._serializers import Serializer as Serializer
-from ._serializers import serializer_from as serializer_from
-from ._signing import Signer as Signer
-from ._signing import signer_from as signer_from
+from ._redis.urls import redact as redact_url
 from ._sync.stampede import Stampede as Stampede
 from ._sync.stampede import redis_client as redis_client
-from ._urls import redact as redact_url
 
 __version__ = "0.1.0"
 

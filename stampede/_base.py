@@ -17,8 +17,7 @@ import redis.cluster
 import redis.exceptions
 import redis.sentinel
 
-from . import _scripts
-from ._envelope import (
+from ._core.envelope import (
     FRESH_UNTIL_OFFSET,
     HEADER,
     INT_CODEC,
@@ -27,10 +26,9 @@ from ._envelope import (
     CorruptEntryError,
     Entry,
 )
-from ._events import Event, EventHook, EventKind, logger
-from ._exceptions import ConfigurationError, RedisUnavailableError, WaitTimeoutError
-from ._flights import Flights
-from ._flow import (
+from ._core.events import Event, EventHook, EventKind, logger
+from ._core.flights import Flights
+from ._core.flow import (
     CANCELLED,
     RELEASED,
     Acquire,
@@ -45,12 +43,14 @@ from ._flow import (
     Release,
     seal,
 )
-from ._keys import Keys, KeySpace
-from ._near import NearCache, NearStore
-from ._nodes import node_client
-from ._options import Options
-from ._serializers import PickleSerializer, Serializer
-from ._signing import signer_from
+from ._core.keys import Keys, KeySpace
+from ._core.near import NearCache, NearStore
+from ._core.options import Options
+from ._core.serializers import PickleSerializer, Serializer
+from ._core.signing import signer_from
+from ._exceptions import ConfigurationError, RedisUnavailableError, WaitTimeoutError
+from ._redis import scripts as _scripts
+from ._redis.nodes import node_client
 
 __all__ = [
     "LEASE_TAKEN",

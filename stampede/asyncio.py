@@ -1,7 +1,7 @@
 """The asyncio flavour: :class:`Stampede` on ``redis.asyncio``.
 
 Same names and behaviour as :class:`stampede.Stampede`, as coroutines; it
-runs the same :class:`~stampede._flow.Flow`. Rebuild functions may be
+runs the same :class:`~stampede._core.flow.Flow`. Rebuild functions may be
 coroutine functions or plain callables; plain ones run in a worker thread so
 that a slow rebuild never blocks the event loop.
 """
@@ -14,9 +14,9 @@ import weakref
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from ._asubscriber import close_sockets
 from ._async.stampede import Stampede as Stampede
 from ._async.stampede import redis_client as redis_client
+from ._async.subscriber import close_sockets
 
 __all__ = ["Stampede", "for_running_loop", "redis_client"]
 

@@ -52,8 +52,8 @@ except ImportError as exc:
     ) from exc
 
 from . import __version__
-from ._events import Event, EventKind
-from ._measures import HISTOGRAMS, MEASURES, Family, error_type
+from ._core.events import Event, EventKind
+from ._core.measures import HISTOGRAMS, MEASURES, Family, error_type
 
 __all__ = ["Telemetry", "on_event"]
 

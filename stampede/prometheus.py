@@ -52,8 +52,8 @@ except ImportError as exc:
         "stampede.prometheus needs prometheus-client: pip install redis-stampede[prometheus]"
     ) from exc
 
-from ._events import Event, EventKind
-from ._measures import HISTOGRAMS, MEASURES, Family, Measure, error_type
+from ._core.events import Event, EventKind
+from ._core.measures import HISTOGRAMS, MEASURES, Family, Measure, error_type
 
 __all__ = ["Metrics", "on_event"]
 

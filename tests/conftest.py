@@ -17,7 +17,7 @@ import pytest
 import redis
 
 import stampede
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from stampede.testing import RedisCluster, RedisSentinel, RedisServer, find_valkey_server
 from tests.drivers import DRIVERS
 from tests.helpers import RAN, wait_until

@@ -11,7 +11,7 @@ from typing import Any
 import redis
 
 from stampede import PickleSerializer
-from stampede._envelope import encode
+from stampede._core.envelope import encode
 
 
 class Rebuilds:

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 import stampede
-import stampede._near
+import stampede._core.near
 import stampede.asyncio
 from stampede.testing import RedisServer
 from tests.drivers import DRIVERS
@@ -195,7 +195,7 @@ def test_a_near_cache_needs_only_the_documented_additions(protocol: int, driver:
 def test_a_near_cache_the_acl_refuses_is_off_with_one_warning_and_wakeups_go_on(
     driver: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(stampede._near, "REFUSED_RETRY_SECONDS", 0.5)
+    monkeypatch.setattr(stampede._core.near, "REFUSED_RETRY_SECONDS", 0.5)
     caplog.set_level(logging.INFO, logger="stampede")
     with RedisServer() as server, redis.Redis(port=server.port) as admin:
         admin.execute_command(*ACL.split())  # without the near cache's additions

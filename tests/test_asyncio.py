@@ -12,7 +12,7 @@ import pytest
 import redis.asyncio
 
 import stampede.asyncio
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from stampede.testing import RedisServer
 from tests.helpers import traceback_depth
 

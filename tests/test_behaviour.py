@@ -12,8 +12,8 @@ import redis
 from redis.crc import key_slot
 
 from stampede import Event, EventKind, JsonSerializer, PickleSerializer, SerializationError, WaitTimeoutError
-from stampede._envelope import HEADER, MAGIC, encode
-from stampede._keys import KeySpace
+from stampede._core.envelope import HEADER, MAGIC, encode
+from stampede._core.keys import KeySpace
 from tests.helpers import Rebuilds, run_threads, wait_until
 
 #: What a count of the commands a test sent leaves out: its own, and heartbeats.

@@ -19,7 +19,7 @@ import redis.cluster
 
 import stampede
 import stampede.asyncio
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from stampede.testing import RedisCluster
 from tests.helpers import AsyncRebuilds, Rebuilds, run_tasks, run_threads, wait_until
 

@@ -21,7 +21,7 @@ import redis.asyncio
 
 import stampede
 import stampede.asyncio
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from stampede.testing import ConnectionPeak
 from tests.helpers import Rebuilds, run_threads, wait_until
 

@@ -22,7 +22,7 @@ import pytest
 import stampede
 import stampede.asyncio
 from stampede import Event, EventKind
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from stampede.testing import find_valkey_server
 from tests.failing import Failing
 from tests.helpers import run_threads, wait_until

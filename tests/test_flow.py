@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from stampede import EventKind, PickleSerializer, RedisUnavailableError, SerializationError, WaitTimeoutError
-from stampede._envelope import Codec, Entry, decode, encode
-from stampede._flow import (
+from stampede._core.envelope import Codec, Entry, decode, encode
+from stampede._core.flow import (
     BUSY_MEMO_SECONDS,
     Acquire,
     Acquired,
@@ -32,8 +32,8 @@ from stampede._flow import (
     Wait,
     Waited,
 )
-from stampede._keys import KeySpace
-from stampede._options import Options
+from stampede._core.keys import KeySpace
+from stampede._core.options import Options
 from tests.fakes import FakeClock
 
 SERIALIZER = PickleSerializer()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stampede import ConfigurationError
-from stampede._near import NearCache, NearStore
+from stampede._core.near import NearCache, NearStore
 
 
 def live_store(**settings: int) -> NearStore:

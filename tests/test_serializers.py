@@ -10,8 +10,8 @@ import pytest
 import redis
 
 from stampede import Compressed, ConfigurationError, JsonSerializer, PickleSerializer, serializer_from
-from stampede._envelope import HEADER, encode
-from stampede._keys import KeySpace
+from stampede._core.envelope import HEADER, encode
+from stampede._core.keys import KeySpace
 
 
 def zstd_compress(data: bytes) -> bytes:

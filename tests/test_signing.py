@@ -17,8 +17,8 @@ import redis
 
 import stampede
 from stampede import ConfigurationError, EventKind, Signer
-from stampede._envelope import HEADER, INT_CODEC, MAGIC
-from stampede._keys import KeySpace
+from stampede._core.envelope import HEADER, INT_CODEC, MAGIC
+from stampede._core.keys import KeySpace
 from tests.helpers import RAN, Planted, Rebuilds, planted_pickle, run_threads
 
 KEY = b"signing-key-for-tests-0123456789"
@@ -68,7 +68,7 @@ def test_values_round_trip_signed(make_driver: Any) -> None:
     assert sf.get("w").value is None
 
 
-#: Offsets in a signed envelope (see stampede._envelope): each is covered by the tag.
+#: Offsets in a signed envelope (see stampede._core.envelope): each is covered by the tag.
 SIGNED_BYTES = {"tag": 30, "signed fresh_until": 60, "signed codec": 64, "signed duration": 66, "payload": -2}
 
 

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from stampede import ConfigurationError, Read
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from tests.helpers import run_threads, wait_until
 
 

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Source (asyncio) -> twin (blocking), relative to the repository.
 TWINS = {
-    "stampede/_aoperations.py": "stampede/_operations.py",
+    "stampede/_async/operations.py": "stampede/_sync/operations.py",
     "stampede/_async/stampede.py": "stampede/_sync/stampede.py",
 }
 
@@ -34,9 +34,6 @@ RULES = [
     # The flavour primitives, and the classes named for their flavour.
     (r"\bAsync([A-Z]\w*)", r"\1"),
     (r"\basync_(\w+)", r"\1"),
-    # Modules whose blocking twin has another name.
-    (r"\b_aoperations\b", "_operations"),
-    (r"\b_asubscriber\b", "_subscriber"),
     # redis-py's and the instances' own closing and context managers.
     (r"\baclose\b", "close"),
     (r"\b__aenter__\b", "__enter__"),

@@ -1,5 +1,5 @@
 # Generated from stampede/_async/stampede.py by tools/unasync.py: edit that file, then run the tool.
-"""The driver: :class:`Stampede`, which runs the sans-IO :class:`~stampede._flow.Flow` on Redis.
+"""The driver: :class:`Stampede`, which runs the sans-IO :class:`~stampede._core.flow.Flow` on Redis.
 
 Written once, for asyncio; the blocking twin (``stampede/_sync/stampede.py``)
 is generated from this file by ``python tools/unasync.py`` (``make lint``
@@ -24,12 +24,11 @@ from typing import Any, TypeVar, cast
 import redis.exceptions
 
 from .._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, lost_connection
-from .._cached import CachedFunction, key_builder
-from .._envelope import Entry
-from .._events import EventKind, logger
-from .._exceptions import ConfigurationError, RedisUnavailableError
-from .._flights import Flight, Flights, Turns
-from .._flow import (
+from .._core.cached import CachedFunction, key_builder
+from .._core.envelope import Entry
+from .._core.events import EventKind, logger
+from .._core.flights import Flight, Flights, Turns
+from .._core.flow import (
     RELEASE_GRACE,
     Commit,
     Flow,
@@ -46,9 +45,9 @@ from .._flow import (
     renew_interval,
     wake_interval,
 )
-from .._keys import Keys
-from .._operations import Operations
-from .._options import Options
+from .._core.keys import Keys
+from .._core.options import Options
+from .._exceptions import ConfigurationError, RedisUnavailableError
 from .._primitives import (
     Background,
     Detached,
@@ -66,8 +65,9 @@ from .._primitives import (
     shield,
     sleep,
 )
-from .._subscriber import subscriber_for
-from .._urls import connect, split_options
+from .._redis.urls import connect, split_options
+from .operations import Operations
+from .subscriber import subscriber_for
 
 __all__ = ["Stampede", "redis_client"]
 

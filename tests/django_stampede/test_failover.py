@@ -11,7 +11,7 @@ from typing import Any
 import django_stampede
 import pytest
 
-from stampede._keys import KeySpace
+from stampede._core.keys import KeySpace
 from tests.failing import Failing
 
 pytestmark = pytest.mark.slow

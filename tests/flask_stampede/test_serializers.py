@@ -13,7 +13,7 @@ from flask import Flask
 from tests.flask_stampede.app import make_app
 from tests.helpers import RAN, planted_pickle
 
-#: Where a signed envelope's payload starts (stampede._envelope).
+#: Where a signed envelope's payload starts (stampede._core.envelope).
 SIGNED_PAYLOAD_AT = 69
 
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ._events import EventKind, logger
-from ._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError
+from .events import EventKind, logger
 
 __all__ = ["Heartbeat", "NearCache", "NearStore", "Tracked"]
 

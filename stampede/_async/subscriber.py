@@ -1,13 +1,13 @@
 """One pub/sub connection per event loop and Redis client, for every asyncio waiter.
 
-The asyncio twin of :mod:`stampede._subscriber`: a listener task owns the
+The asyncio twin of :mod:`stampede._sync.subscriber`: a listener task owns the
 connection and keeps one read pending on it at all times (never cancelled,
 so no reply is ever cut in half); SUBSCRIBE and UNSUBSCRIBE are sent beside
 that read, which redis-py's asyncio ``PubSub`` allows. Waiters sleep on their
 watch's event. The task ends when nobody has waited for a while.
 
-Near caches (:mod:`stampede._near`) are kept coherent through the same
-connection, as in :mod:`stampede._subscriber`. A near hit does not wait for
+Near caches (:mod:`stampede._core.near`) are kept coherent through the same
+connection, as in :mod:`stampede._sync.subscriber`. A near hit does not wait for
 the listener task: it asks :meth:`AsyncSubscriber.quiet` whether anything
 waits unread on the connection (in the socket, in the stream's buffer, or
 parsed in part) and goes to Redis if so, which also lets the listener run.
@@ -25,12 +25,12 @@ from typing import Any
 import redis.asyncio.cluster
 import redis.exceptions
 
-from ._aoperations import ask_sharded
-from ._channels import Channels, Shards, WatchBase
-from ._events import logger
-from ._near import HEARTBEAT_SECONDS, NearStore, Tracked
-from ._nodes import node_client
-from ._subscriber import INVALIDATIONS
+from .._core.channels import Channels, Shards, WatchBase
+from .._core.events import logger
+from .._core.near import HEARTBEAT_SECONDS, NearStore, Tracked
+from .._redis.nodes import node_client
+from .._sync.subscriber import INVALIDATIONS
+from .operations import ask_sharded
 
 __all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for", "close_sockets"]
 
@@ -313,7 +313,7 @@ async def _link(client: Any) -> _Classic | _Sharded:
 
 
 class _Classic:
-    """One pub/sub connection, classic channels (see :mod:`stampede._subscriber`)."""
+    """One pub/sub connection, classic channels (see :mod:`stampede._sync.subscriber`)."""
 
     anchored = True
 
@@ -324,7 +324,7 @@ class _Classic:
 
     async def track(self, prefixes: list[bytes], invalidated: Any) -> bool:
         """``CLIENT TRACKING`` in broadcast mode on ``prefixes`` (see
-        :meth:`stampede._subscriber._Classic.track`)."""
+        :meth:`stampede._sync.subscriber._Classic.track`)."""
         pubsub = self._pubsub
         await pubsub.execute_command("CLIENT", "ID")  # connects
         own_id = await pubsub.parse_response(block=True)

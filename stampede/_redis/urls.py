@@ -31,8 +31,8 @@ import redis.asyncio.sentinel
 import redis.cluster
 import redis.sentinel
 
-from ._exceptions import ConfigurationError
-from ._options import Options
+from .._core.options import Options
+from .._exceptions import ConfigurationError
 
 __all__ = ["Target", "connect", "parse_url", "redact", "split_options"]
 

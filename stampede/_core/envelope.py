@@ -43,8 +43,8 @@ import struct
 import time
 from typing import Any, NamedTuple
 
-from ._serializers import Serializer
-from ._signing import Signer
+from .serializers import Serializer
+from .signing import Signer
 
 __all__ = [
     "FRESH_UNTIL_OFFSET",
@@ -159,7 +159,7 @@ def decode(serializer: Serializer, raw: bytes) -> Entry:
 
 class Codec:
     """How one instance writes and reads envelopes: its serializer and, when
-    values are signed, its :class:`~stampede._signing.Signer`."""
+    values are signed, its :class:`~stampede._core.signing.Signer`."""
 
     __slots__ = ("_verified", "_verified_bytes", "decode", "magic", "serializer", "signer")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from ._exceptions import ConfigurationError, KeyTypeError
+from .._exceptions import ConfigurationError, KeyTypeError
 
 __all__ = ["KeySpace", "Keys"]
 

@@ -8,7 +8,7 @@ import pickle
 import zlib
 from typing import Any, Protocol, runtime_checkable
 
-from ._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError
 
 __all__ = ["Compressed", "JsonSerializer", "PickleSerializer", "Serializer", "serializer_from"]
 

@@ -17,11 +17,11 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from ._envelope import Codec, Entry
-from ._events import EventKind, logger
-from ._exceptions import RedisUnavailableError, SerializationError, WaitTimeoutError
-from ._keys import Keys
-from ._options import Options
+from .._exceptions import RedisUnavailableError, SerializationError, WaitTimeoutError
+from .envelope import Codec, Entry
+from .events import EventKind, logger
+from .keys import Keys
+from .options import Options
 
 __all__ = [
     "CANCELLED",

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError
 
 __all__ = ["CALL_OPTIONS", "Options", "WaitTimeoutPolicy"]
 

@@ -7,7 +7,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, Generic, Protocol, TypeVar, cast
 
-from ._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError
 
 __all__ = ["CachedFunction", "function_key", "key_builder"]
 

@@ -7,7 +7,7 @@ import hmac
 from collections.abc import Iterable
 from typing import Any
 
-from ._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError
 
 __all__ = ["TAG_SIZE", "Signer", "signer_from"]
 

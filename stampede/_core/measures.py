@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ._events import EventKind
+from .events import EventKind
 
 __all__ = ["HISTOGRAMS", "MEASURES", "Family", "Measure", "error_type"]
 

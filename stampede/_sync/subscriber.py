@@ -28,11 +28,11 @@ from typing import Any
 import redis.cluster
 import redis.exceptions
 
-from ._channels import Channels, Shards, WatchBase
-from ._events import logger
-from ._near import HEARTBEAT_SECONDS, Heartbeat, NearStore, Tracked
-from ._nodes import node_client
-from ._operations import ask_sharded
+from .._core.channels import Channels, Shards, WatchBase
+from .._core.events import logger
+from .._core.near import HEARTBEAT_SECONDS, Heartbeat, NearStore, Tracked
+from .._redis.nodes import node_client
+from .operations import ask_sharded
 
 __all__ = ["Subscriber", "Watch", "subscriber_for"]
 

@@ -1,7 +1,7 @@
 """Who waits on which wake-up channel: the I/O-free half of a subscriber.
 
 A process holds one pub/sub connection per Redis, shared by every waiter of
-every key (:mod:`stampede._subscriber` for threads, :mod:`stampede._asubscriber`
+every key (:mod:`stampede._sync.subscriber` for threads, :mod:`stampede._async.subscriber`
 for asyncio). This module keeps the bookkeeping both share: the watches per
 channel, which channels the server has confirmed, and what each message
 means to the watches it reaches. Its callers do the I/O and the locking.
@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
-from ._flow import RELEASED
+from .flow import RELEASED
 
 __all__ = ["ANCHOR_PREFIX", "Channels", "Shards", "SlotMoved", "WatchBase"]
 

@@ -1,0 +1,2 @@
+"""What speaks Redis: the Lua scripts, URLs and the clients made from them, and
+cluster nodes."""
