@@ -9,8 +9,6 @@ The asyncio twin is :class:`stampede.asyncio.Stampede`.
 
 from __future__ import annotations
 
-from ._base import Lease as Lease
-from ._base import Read as Read
 from ._core.cached import CachedFunction as CachedFunction
 from ._core.cached import function_key as function_key
 from ._core.envelope import Entry as Entry
@@ -20,6 +18,8 @@ from ._core.events import EventKind as EventKind
 from ._core.events import hook_from as hook_from
 from ._core.near import NearCache as NearCache
 from ._core.options import Options as Options
+from ._core.reads import Lease as Lease
+from ._core.reads import Read as Read
 from ._core.serializers import Compressed as Compressed
 from ._core.serializers import JsonSerializer as JsonSerializer
 from ._core.serializers import PickleSerializer as PickleSerializer

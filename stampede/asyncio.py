@@ -67,7 +67,7 @@ def _abandon(instance: Stampede) -> None:
 def _clients_of(instance: Stampede) -> list[Any]:
     """Every client an instance talks through: its own, its replicas, and the
     Sentinels a Sentinel-managed pool asks."""
-    clients = [instance.client, *instance.replicas, *instance._standby.values()]
+    clients = [instance.client, *instance.replicas, *instance._server.standbys.made()]
     for client in list(clients):
         manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
         clients.extend(getattr(manager, "sentinels", ()))

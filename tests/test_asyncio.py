@@ -250,7 +250,7 @@ async def test_a_cancellation_storm_leaves_no_lease_no_flight_and_no_second_rebu
     await eventually(lambda: _absent(client, lease))  # function rebuilds release in the background
     for sf in instances:
         assert len(sf._flights) == 0
-        assert not sf._reads
+        assert not sf._reads._pending
     assert await instances[1].get_or_rebuild("k", arebuild, ttl=60) == "whole"
     for sf in instances:
         await sf.aclose()

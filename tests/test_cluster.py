@@ -236,7 +236,7 @@ def test_waiters_are_woken_on_the_keys_own_shard(cluster: RedisCluster, csf: sta
     )
     waiter.start()
     wait_until(lambda: sum(_pubsub_counts(cluster, channel)[:2]) == 1)
-    sharded = other._sharded  # known since the waiter's first script ran
+    sharded = other._server.sharded  # known since the waiter's first script ran
     classic, shard_subscribers, published_before = _pubsub_counts(cluster, channel)
     release.set()
     holder.join(10)

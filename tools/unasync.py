@@ -23,6 +23,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Source (asyncio) -> twin (blocking), relative to the repository.
 TWINS = {
     "stampede/_async/operations.py": "stampede/_sync/operations.py",
+    "stampede/_async/reads.py": "stampede/_sync/reads.py",
+    "stampede/_async/runner.py": "stampede/_sync/runner.py",
+    "stampede/_async/server.py": "stampede/_sync/server.py",
     "stampede/_async/stampede.py": "stampede/_sync/stampede.py",
 }
 

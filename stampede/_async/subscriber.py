@@ -30,7 +30,7 @@ from .._core.events import logger
 from .._core.near import HEARTBEAT_SECONDS, NearStore, Tracked
 from .._redis.nodes import node_client
 from .._sync.subscriber import INVALIDATIONS
-from .operations import ask_sharded
+from .server import async_ask_sharded
 
 __all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for", "close_sockets"]
 
@@ -304,7 +304,7 @@ class AsyncSubscriber:
 
 async def _link(client: Any) -> _Classic | _Sharded:
     if isinstance(client, redis.asyncio.cluster.RedisCluster):
-        sharded = await ask_sharded(client)
+        sharded = await async_ask_sharded(client)
         if sharded is None:
             raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
         if sharded:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import random
 import secrets
+import time as _time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -57,6 +58,13 @@ class Clock(Protocol):
     def time(self) -> float: ...
 
     def monotonic(self) -> float: ...
+
+
+class SystemClock:
+    """The real clocks."""
+
+    time = staticmethod(_time.time)
+    monotonic = staticmethod(_time.monotonic)
 
 
 def new_token() -> str:

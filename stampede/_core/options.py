@@ -9,12 +9,21 @@ from typing import Any, Literal
 
 from .._exceptions import ConfigurationError
 
-__all__ = ["CALL_OPTIONS", "Options", "WaitTimeoutPolicy"]
+__all__ = ["CALL_OPTIONS", "UNSET", "Options", "WaitTimeoutPolicy"]
 
 WaitTimeoutPolicy = Literal["rebuild", "raise"]
 
 #: The options a single ``get_or_rebuild`` call may override.
 CALL_OPTIONS = frozenset({"ttl", "stale_ttl", "lease_ttl", "wait_timeout", "background", "beta"})
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<default>"
+
+
+#: Marks a per-call option the caller left at the instance's default.
+UNSET: Any = _Unset()
 
 
 #: The longest time an option may name: about 68 years. Redis refuses

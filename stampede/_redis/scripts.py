@@ -25,12 +25,23 @@ __all__ = [
     "EXTEND",
     "INCR",
     "INVALIDATE",
+    "NAMES",
     "PROBE",
     "RELEASE",
     "SWAP",
     "TOUCH",
     "WRITE",
+    "WRITES",
+    "sharded",
 ]
+
+#: The scripts, by the name an instance calls them (the constant's, in lower case).
+NAMES = (
+    *("acquire", "commit", "release", "extend", "probe"),
+    *("write", "invalidate", "add", "touch", "incr", "swap"),
+)
+#: The scripts that change a value (the others take, renew or free leases, or read).
+WRITES = frozenset({"add", "commit", "incr", "invalidate", "swap", "touch", "write"})
 
 # The server's clock, in seconds: what orders writes from different hosts.
 _NOW = """

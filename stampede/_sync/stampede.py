@@ -17,86 +17,50 @@ carrying out each operation it yields (a script, a wait, the rebuild).
 from __future__ import annotations
 
 import functools
-import time
-from collections.abc import Callable, Generator, Hashable
+from collections.abc import Callable, Generator, Hashable, Sequence
 from typing import Any, TypeVar, cast
 
 import redis.exceptions
 
-from .._base import LEASE_TAKEN, UNSET, Lease, Paused, Read, lost_connection
 from .._core.cached import CachedFunction, key_builder
 from .._core.envelope import Entry
-from .._core.events import EventKind, logger
+from .._core.events import EventHook, EventKind, logger
 from .._core.flights import Flight, Flights, Turns
 from .._core.flow import (
-    RELEASE_GRACE,
-    Commit,
+    Clock,
     Flow,
     Lookup,
     Op,
-    Rebuild,
-    Rebuilt,
     Release,
-    Reread,
-    Sleep,
-    Standby,
-    Wait,
-    Waited,
-    renew_interval,
-    wake_interval,
 )
 from .._core.keys import Keys
-from .._core.options import Options
-from .._exceptions import ConfigurationError, RedisUnavailableError
+from .._core.options import UNSET, Options
+from .._core.reads import LEASE_TAKEN, Lease, Paused, Read
+from .._core.serializers import Serializer
+from .._core.settings import Settings
+from .._exceptions import ConfigurationError
 from .._primitives import (
     Background,
-    Detached,
     Event,
     Lock,
     Rebuilder,
-    SectionLock,
-    Worker,
     can_block,
     close_client,
     close_subscriber,
     forks_with,
-    rebuild_call,
-    runs_in_thread,
-    shield,
-    sleep,
 )
+from .._redis import scripts as lua
+from .._redis.clients import check_client
 from .._redis.urls import connect, split_options
 from .operations import Operations
+from .reads import SharedReads
+from .runner import FlowRunner
+from .server import Server
 from .subscriber import subscriber_for
 
 __all__ = ["Stampede", "redis_client"]
 
 T = TypeVar("T")
-
-
-class _ReadAbandoned(Exception):
-    """The caller sending a shared GET was cancelled before its reply."""
-
-
-class _SharedRead:
-    """A GET, whose reply the callers that came before it was sent share.
-
-    ``next`` gathers the callers that come while it is in flight: they
-    cannot take its reply (sent before they came, it may predate a write
-    that returned since), so the first of them sends one more GET when this
-    one is done, for them all. ``done`` is made by the first caller that
-    waits on a read: a read that nobody joins (a hit, most of the time)
-    makes no event.
-    """
-
-    __slots__ = ("done", "error", "finished", "next", "raw")
-
-    def __init__(self) -> None:
-        self.finished = False
-        self.raw: bytes | None = None
-        self.error: BaseException | None = None
-        self.done: Event | None = None
-        self.next: _SharedRead | None = None
 
 
 class Stampede(Operations):
@@ -128,28 +92,95 @@ class Stampede(Operations):
     result is still committed under the lease, which is released after it.
     """
 
-    def __init__(self, client: Any, *, background_workers: int = 4, **kwargs: Any) -> None:
-        super().__init__(client, **kwargs)
+    def __init__(
+        self,
+        client: Any,
+        *,
+        namespace: str = "stampede",
+        options: Options | None = None,
+        serializer: Serializer | None = None,
+        signing_key: Any = None,
+        near_cache: Any = None,
+        on_event: EventHook | None = None,
+        clock: Clock | None = None,
+        replicas: Sequence[Any] = (),
+        background_workers: int = 4,
+        **option_values: Any,
+    ) -> None:
+        check_client(client)
+        for replica in replicas:
+            check_client(replica)
+        settings = Settings(
+            namespace=namespace,
+            options=options,
+            serializer=serializer,
+            signing_key=signing_key,
+            near_cache=near_cache,
+            on_event=on_event,
+            clock=clock,
+            option_values=option_values,
+        )
+        self._settings = settings
+        self._server = Server(client, tuple(replicas), settings, self._wrote)
+        if settings.near is not None and (self._server.cluster or replicas):
+            # Tracking is per node, and replicas lag: neither is coherent yet.
+            raise ConfigurationError(
+                "near_cache is not supported with a Redis Cluster client or replicas= yet"
+            )
         self._background = Background(background_workers)
+        # Bound once: they are on every hit.
+        self._keys = settings.keys
+        self._call_options = settings.call_options
+        self._lookup = settings.lookup
+        self._clock = settings.clock
+        self._owns_client = False  # set by from_url(), whose client close() closes
+        self._owned: list[Any] = []  # more clients from_url() made (a Sentinel's), closed with it
         self._flights: Flights[Event] = Flights(Event)
         self._turns = Turns(Lock)
         self._subscriber = subscriber_for(client)
-        self._near = self._near_store()
+        self._near = settings.near_store()
         if self._near is not None:
             self._subscriber.track(self._near)
-        self._reads: dict[bytes, _SharedRead] = {}
-        self._reads_lock = SectionLock()
+        self._reads = SharedReads(self._server, self._near)
+        self._runner = FlowRunner(settings, self._server, self._subscriber, self._background)
         forks_with(self)
 
     def _forked(self) -> None:
         """In a child process just forked: what other threads had under way
         (reads, rebuilds, background refreshes) did not come along, and the
         locks they held are dropped with them."""
-        self._reads = {}
-        self._reads_lock = SectionLock()
+        self._reads.forked()
         self._flights = Flights(Event)
         self._turns = Turns(Lock)
         self._background.forked()
+
+    @property
+    def namespace(self) -> str:
+        """The prefix of every Redis key this instance writes."""
+        return self._settings.keys.namespace
+
+    @property
+    def options(self) -> Options:
+        """This instance's default options."""
+        return self._settings.options
+
+    @property
+    def serializer(self) -> Serializer:
+        """How this instance stores values."""
+        return self._settings.serializer
+
+    @property
+    def client(self) -> Any:
+        """The redis-py client this instance talks through (the primary)."""
+        return self._server.client
+
+    @property
+    def replicas(self) -> tuple[Any, ...]:
+        """The clients plain reads may go to, if any."""
+        return self._server.replicas
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(namespace={self.namespace!r}, {self.options!r})"
 
     @classmethod
     def from_url(
@@ -224,9 +255,9 @@ class Stampede(Operations):
             if near_found is not None:
                 return cast(T, self._single_flight(keys, options, near_found, rebuild))
         try:
-            raw = self._shared_get(keys.value)
+            raw = self._reads.get(keys.value)
         except redis.exceptions.RedisError as exc:
-            return cast(T, self._single_flight(keys, options, self._read_failed(keys, exc), rebuild))
+            return cast(T, self._single_flight(keys, options, self._server.read_failed(keys, exc), rebuild))
         found = self._lookup(keys, raw, options)
         if isinstance(found, Entry):
             # Not cast(): a function call, on every hit.
@@ -240,9 +271,9 @@ class Stampede(Operations):
             if near_found is not None:
                 return near_found
         try:
-            raw = self._shared_get(keys.value)
+            raw = self._reads.get(keys.value)
         except redis.exceptions.RedisError as exc:
-            return self._read_failed(keys, exc)
+            return self._server.read_failed(keys, exc)
         return self._lookup(keys, raw, options)
 
     def _near_read(self, keys: Keys, options: Options) -> Entry | Lookup | None:
@@ -256,90 +287,7 @@ class Stampede(Operations):
         if not (self._subscriber.quiet() or self._subscriber.settled()):
             return None
         raw = near.get(keys.value)
-        return self._near_lookup(keys, raw, options) if raw is not None else None
-
-    def _shared_get(self, name: bytes) -> bytes | None:
-        """GET ``name``, sharing the reply with the callers that ask meanwhile.
-
-        A hundred callers reading one key send a GET or two, not a hundred
-        (which would also empty the connection pool). Each caller gets the
-        reply of a GET sent after it asked, so it sees every write that
-        returned before it asked, its own included.
-        """
-        while (pending := self._reads.get(name)) is not None:
-            with self._reads_lock:  # against the read finishing meanwhile
-                if pending.finished:
-                    break
-                batch = pending.next
-                first = batch is None
-                if batch is None:
-                    # The first to come while it is in flight waits for it,
-                    # then sends the batch's read.
-                    batch = pending.next = _SharedRead()
-                    done = pending.done = pending.done or Event()
-                else:
-                    done = batch.done = batch.done or Event()
-            if not first:
-                done.wait()  # bounded by the sender's socket timeout
-                if isinstance(batch.error, _ReadAbandoned):
-                    # Its sender was cancelled: read again, sharing the reads of
-                    # those who were waiting too (one read each would empty the pool).
-                    continue
-                if batch.error is not None:
-                    raise batch.error
-                return batch.raw
-            try:
-                done.wait()
-            except BaseException:
-                # Cancelled: whoever waits on the batch reads again by themselves.
-                with self._reads_lock:
-                    if pending.next is batch:
-                        pending.next = None
-                    batch.error, batch.finished, waiting = _ReadAbandoned(), True, batch.done
-                if waiting is not None:
-                    waiting.set()
-                raise
-            if isinstance(pending.error, redis.exceptions.RedisError):
-                # Redis failed after they asked: theirs to know, without one
-                # more GET to a server that is failing (a failover).
-                self._finish_read(batch, pending.error)
-                raise pending.error
-            return self._send_read(name, batch)
-        return self._send_read(name, _SharedRead())
-
-    def _finish_read(self, read: _SharedRead, error: BaseException | None) -> None:
-        with self._reads_lock:
-            read.error = error
-            read.finished = True
-            done = read.done
-        if done is not None:
-            done.set()
-
-    def _send_read(self, name: bytes, read: _SharedRead) -> bytes | None:
-        reads = self._reads
-        reads[name] = read
-        near = self._near
-        token = near.begin_fill(name) if near is not None else None  # before the GET is sent
-        replicas = self._replicas
-        error: BaseException | None = None
-        try:
-            try:
-                read.raw = (self._reader() if replicas else self._client).get(name)
-            except AttributeError as exc:
-                lost = lost_connection(exc)
-                if lost is None:
-                    raise
-                raise lost from exc
-        except BaseException as exc:
-            error = exc if isinstance(exc, redis.exceptions.RedisError) else _ReadAbandoned()
-            raise
-        finally:
-            if near is not None:  # keeps the value, or (after an error) just drops the token
-                near.end_fill(name, token, read.raw)
-            if reads.get(name) is read:
-                reads.pop(name, None)
-            self._finish_read(read, error)
-        return read.raw
+        return self._settings.near_lookup(keys, raw, options) if raw is not None else None
 
     # --- this process's flight for a key ------------------------------------
 
@@ -351,14 +299,14 @@ class Stampede(Operations):
                 break
             late = flight.overtaken  # joined after a write of this process: read again after it
             if lookup.entry is not None:
-                return self._serve_follower(keys, lookup.entry)
+                return self._settings.serve_follower(keys, lookup.entry)
             if not can_block():
-                return self._drive(self._flow(keys, options).without_waiting(), keys, options, rebuild)
-            missed = self._miss_once(keys, missed)
+                return self._runner.drive(self._flow(keys, options).without_waiting(), keys, options, rebuild)
+            missed = self._settings.miss_once(keys, missed)
             started = self._clock.monotonic()
             if not flight.done.wait(options.wait_timeout):
                 return self._after_wait_timeout(keys, options, rebuild)
-            self._waited(keys, started)
+            self._settings.waited(keys, started)
             if flight.superseded or late:
                 again = self._first_read(keys, options)  # what the newer write left
                 if isinstance(again, Entry):
@@ -368,7 +316,7 @@ class Stampede(Operations):
                 return flight.outcome()
         if options.background and lookup.entry is not None:
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
-            return self._serve_follower(keys, lookup.entry)
+            return self._settings.serve_follower(keys, lookup.entry)
         flow = self._flow(keys, options, can_wait=can_block(), missed=missed)
         return self._lead(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
 
@@ -397,7 +345,7 @@ class Stampede(Operations):
         rebuild: Rebuilder[Any],
     ) -> Any:
         try:
-            value = self._drive(steps, keys, options, rebuild)
+            value = self._runner.drive(steps, keys, options, rebuild)
         except BaseException as exc:
             self._flights.finish(flight_key, flight, error=exc)
             raise
@@ -415,7 +363,7 @@ class Stampede(Operations):
         def refresh() -> None:
             flow = self._flow(keys, options, background=True)
             try:
-                value = self._drive(flow.run(lookup), keys, options, rebuild)
+                value = self._runner.drive(flow.run(lookup), keys, options, rebuild)
             except BaseException as exc:
                 logger.warning("background refresh of %r failed", keys.name, exc_info=exc)
                 self._flights.finish(keys.value, flight, error=exc)
@@ -430,194 +378,24 @@ class Stampede(Operations):
             logger.info("cannot refresh %r in the background: %s", keys.name, exc)
             self._flights.finish(keys.value, flight, error=exc)
 
+    def _wrote(self, script: str, *written: Keys) -> None:
+        """After ``script`` ran on ``written``: the outcomes of flights of
+        those keys that were under way are not shared after it (see
+        ``Flight.overtaken``)."""
+        if script in lua.WRITES:
+            near = self._near
+            for keys in written:
+                value = keys.value
+                self._settings.busy.forget(value)
+                if near is not None:
+                    near.invalidate([value])  # this process sees its own write at once
+                self._flights.overtake(value, (value, "read"), (value, "after-wait"))
+
     # --- running the flow ---------------------------------------------------
 
-    def _drive(
-        self,
-        flow: Generator[Op, Any, Any],
-        keys: Keys,
-        options: Options,
-        rebuild: Rebuilder[Any] | None,
-        reply: Any = None,
-    ) -> Any:
-        """Run ``flow`` to its end and return its result. Without a
-        ``rebuild`` function, stop where the flow asks for a rebuild and
-        return :class:`Paused` (the caller rebuilds: see :meth:`read`)."""
-        failure: BaseException | None = None
-        while True:
-            try:
-                op = flow.throw(failure) if failure is not None else flow.send(reply)
-            except StopIteration as stop:
-                return stop.value
-            if rebuild is None and isinstance(op, Rebuild):
-                flow.close()
-                return Paused(op.token, op.stale)
-            reply, failure = None, None
-            try:
-                reply = self._execute(op, keys, options, rebuild)
-            except Detached as detached:
-                # The rest of this flow (commit, release) belongs to the
-                # rebuild still running; the cancelled caller leaves now.
-                finish = functools.partial(self._finish_detached, flow, detached, keys, options, rebuild)
-                self._background.start(finish, "stampede-finish")
-                raise detached.cancellation() from None
-            except BaseException as exc:  # includes cancellation: the flow cleans up
-                failure = exc
-
-    def _finish_detached(
-        self,
-        flow: Generator[Op, Any, Any],
-        detached: Detached,
-        keys: Keys,
-        options: Options,
-        rebuild: Rebuilder[Any] | None,
-    ) -> None:
-        try:
-            self._drive(flow, keys, options, rebuild, detached.rebuilt())
-        except Exception as exc:  # nobody is left to receive it
-            logger.warning("rebuild of %r outlived its cancelled caller and failed", keys.name, exc_info=exc)
-
-    def _execute(self, op: Op, keys: Keys, options: Options, rebuild: Rebuilder[Any] | None) -> Any:
-        if isinstance(op, Rebuild):
-            assert rebuild is not None  # _drive pauses at a Rebuild when there is none
-            return self._rebuild(op.token, keys, options, rebuild)
-        if isinstance(op, Wait):
-            return self._wait(op, keys)
-        if isinstance(op, Sleep):
-            sleep(op.seconds)
-            return None
-        if isinstance(op, Standby):
-            return self._standby_get(keys)
-        if isinstance(op, Reread):
-            return self._reread(keys)
-        script, args = self._op_call(op, keys, options)
-        if isinstance(op, Release):
-            if op.detached:
-                release = functools.partial(self._release_until_answered, keys, args, options)
-                try:
-                    self._background.start(release, "stampede-release")
-                except RuntimeError:  # shutting down: the lease expires by itself
-                    pass
-                return None
-            try:
-                # Shielded: a caller cancelled mid-release still frees the lease.
-                shield(self._script(script, keys, args))
-            except RedisUnavailableError:
-                pass  # logged as an event already; the lease TTL cleans up
-            return None
-        if isinstance(op, Commit):
-            # Shielded: a cancelled caller's value still lands, freeing the lease.
-            return self._op_result(op, shield(self._script(script, keys, args)))
-        return self._op_result(op, self._script(script, keys, args))
-
-    def _release_until_answered(self, keys: Keys, args: list[Any], options: Options) -> None:
-        give_up_at = time.monotonic() + options.lease_ttl  # it has expired by then anyway
-        delay = 0.1
-        while True:
-            try:
-                self._script("release", keys, args)
-                return
-            except RedisUnavailableError:
-                if time.monotonic() + delay >= give_up_at:
-                    return
-                sleep(delay)
-                delay = min(delay * 2, 1.0)
-
-    def _pause(self, seconds: float) -> None:
-        sleep(seconds)
-
-    def _script(self, name: str, keys: Keys, args: list[Any]) -> Any:
-        try:
-            with self._redis_errors(keys.name, name):
-                if self._sharded is None:
-                    self._ask_sharded()
-                return self._scripts_now()[name](keys=keys.script_keys, args=args)
-        finally:
-            self._wrote(name, keys)
-
-    # --- the rebuild, its lease renewed meanwhile ---------------------------
-
-    def _rebuild(self, token: str | None, keys: Keys, options: Options, rebuild: Rebuilder[Any]) -> Rebuilt:
-        if not runs_in_thread(rebuild):
-            # Cancelling the caller cancels the rebuild; the flow then frees the lease.
-            return self._renewed_while(token, keys, options, rebuild)
-        # A thread cannot be stopped: freeing the lease when the caller is
-        # cancelled would let a second rebuild start beside it, so the
-        # rebuild finishes and commits instead.
-        return Detached.outlive(self._renewed_while(token, keys, options, rebuild))
-
-    def _renewed_while(
-        self, token: str | None, keys: Keys, options: Options, rebuild: Rebuilder[Any]
-    ) -> Rebuilt:
-        """Run ``rebuild``, renewing the lease ``token`` (if any) meanwhile."""
-        watchdog = stop = None
-        interval = renew_interval(options.lease_ttl)
-        if token is not None:
-            stop = Event()
-            renew = functools.partial(self._renew_until_lost, keys, token, options, stop, interval)
-            watchdog = Worker(renew, "stampede-lease-watchdog")
-        started = self._clock.monotonic()
-        value: Any = None
-        error: BaseException | None = None
-        try:
-            value = rebuild_call(rebuild)
-        except BaseException as exc:
-            error = exc
-        duration = self._clock.monotonic() - started
-        lost = False
-        if watchdog is not None and stop is not None:
-            stop.set()
-            # Bounded: a renewal stuck on a stalled Redis must not hold up the
-            # caller, and it cannot do harm (renewals are owner-checked).
-            lost = bool(watchdog.stop(interval))
-        return Rebuilt(value, error, duration, lost)
-
-    def _renew_until_lost(
-        self, keys: Keys, token: str, options: Options, stop: Event, interval: float
-    ) -> bool:
-        """Renew the lease every ``interval`` until ``stop`` is set (``False``),
-        the lease is found lost (``True``), or ``max_lease_time`` passes."""
-        give_up_at = time.monotonic() + options.max_lease_time
-        while not stop.wait(interval):
-            if time.monotonic() >= give_up_at:
-                logger.warning("lease on %r held for max_lease_time; no longer renewing it", keys.name)
-                return False
-            try:
-                renewed = self._script("extend", keys, [token, options.lease_ms])
-            except RedisUnavailableError as exc:
-                logger.warning("could not renew the lease on %r, will retry: %s", keys.name, exc)
-                continue
-            if not renewed:
-                return True
-        return False
-
-    def _wait(self, op: Wait, keys: Keys) -> Waited:
-        # Woken through the process's one subscriber: waiting holds no pool
-        # connection, only a probe's round trip when there is news.
-        clock = self._clock
-        deadline = clock.monotonic() + op.timeout
-        subscriber = self._subscriber
-        watch = subscriber.watch(keys.channel)
-        try:
-            with self._redis_errors(keys.name, "wait for the rebuild"):
-                pttl = op.lease_pttl
-                while True:
-                    remaining = deadline - clock.monotonic()
-                    if remaining <= 0:
-                        return Waited()
-                    watch.wait(wake_interval(remaining, pttl, watch.live))
-                    watch.event.clear()  # before the probe: news after it wakes us again
-                    raw, pttl = self._scripts["probe"](keys=[keys.value, keys.lease])
-                    if raw is not None and raw != op.unusable:
-                        return Waited(raw)
-                    if pttl == -2:
-                        # Freed without a (new) value: released (announced)
-                        # or expired. The announcement may still be on its way.
-                        if not watch.released and watch.live:
-                            watch.wait(RELEASE_GRACE)
-                        return Waited(None, watch.released)
-        finally:
-            subscriber.unwatch(watch)
+    def _flow(self, keys: Keys, options: Options, **kwargs: Any) -> Flow:
+        """A :class:`Flow` for one call; ``kwargs``: the flow's keyword options."""
+        return self._settings.flow(keys, options, fails_over=self._server.fails_over, **kwargs)
 
     # --- a lease handed to the caller ---------------------------------------
 
@@ -658,16 +436,16 @@ class Stampede(Operations):
                 break
             late = flight.overtaken  # joined after a write of this process: its outcome may be older
             if lookup.entry is not None:
-                return Read(True, self._serve_follower(keys, lookup.entry))
+                return Read(True, self._settings.serve_follower(keys, lookup.entry))
             if not can_wait:
-                self._emit(keys, EventKind.NO_WAIT)
+                self._settings.emit(keys, EventKind.NO_WAIT)
                 return Read(False)
-            missed = self._miss_once(keys, missed)
+            missed = self._settings.miss_once(keys, missed)
             started = self._clock.monotonic()
             remaining = deadline - started
             if remaining <= 0 or not flight.done.wait(remaining):
-                return self._read_timed_out(keys, options)
-            self._waited(keys, started)
+                return self._settings.read_timed_out(keys, options)
+            self._settings.waited(keys, started)
             if flight.abandoned or late:
                 continue
             shared = flight.outcome()
@@ -679,8 +457,12 @@ class Stampede(Operations):
             flow = self._flow(
                 keys, options, take_over=False, can_wait=can_wait, deadline=deadline, missed=missed
             )
-            outcome = self._drive(flow.run(lookup), keys, options, None)
-            read = self._lease_for(keys, options, flow, outcome) if isinstance(outcome, Paused) else None
+            outcome = self._runner.drive(flow.run(lookup), keys, options, None)
+            read = (
+                self._settings.lease_for(keys, options, flow, outcome)
+                if isinstance(outcome, Paused)
+                else None
+            )
         except BaseException as exc:
             self._flights.finish(flight_key, flight, error=exc)
             raise
@@ -706,10 +488,10 @@ class Stampede(Operations):
         and nothing stored is newer than the ``read``) still stores: the
         semantics of a cache ``set`` that came late.
         """
-        rebuilt = self._rebuilt_by_holder(lease, value)
-        options = self._settle_options(lease, ttl, stale_ttl)
+        rebuilt = self._settings.rebuilt_by_holder(lease, value)
+        options = self._settings.settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
-        _, error = self._drive(
+        _, error = self._runner.drive(
             flow.settle(lease.token, rebuilt, None, lease._won_at if store_if_lapsed else None),
             lease.keys,
             options,
@@ -722,8 +504,8 @@ class Stampede(Operations):
     def release(self, lease: Lease) -> None:
         """Give up a lease from :meth:`read` without storing anything, so that
         another caller can rebuild at once."""
-        self._rebuilt_by_holder(lease, None)  # validates the argument
-        self._execute(Release(lease.token), lease.keys, lease._options, None)
+        self._settings.rebuilt_by_holder(lease, None)  # validates the argument
+        self._runner.execute(Release(lease.token), lease.keys, lease._options, None)
 
     def cached(
         self,
@@ -782,12 +564,10 @@ class Stampede(Operations):
         if self._near is not None:
             self._subscriber.untrack(self._near)
         close_subscriber(self._subscriber, self._owns_client)
-        standbys = list(self._standby.values())
-        self._standby.clear()
-        for standby in standbys:
+        for standby in self._server.standbys.take_made():
             standby.close()
         if self._owns_client:
-            close_client(self._client)
+            close_client(self._server.client)
             for owned in self._owned:
                 owned.close()
 

@@ -32,7 +32,7 @@ from .._core.channels import Channels, Shards, WatchBase
 from .._core.events import logger
 from .._core.near import HEARTBEAT_SECONDS, Heartbeat, NearStore, Tracked
 from .._redis.nodes import node_client
-from .operations import ask_sharded
+from .server import ask_sharded
 
 __all__ = ["Subscriber", "Watch", "subscriber_for"]
 

@@ -1,0 +1,381 @@
+"""An instance's settings and what follows from them without I/O."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from .._exceptions import ConfigurationError, WaitTimeoutError
+from .envelope import FRESH_UNTIL_OFFSET, HEADER, INT_CODEC, MAGIC, Codec, CorruptEntryError, Entry
+from .events import Event, EventHook, EventKind, logger
+from .flow import (
+    CANCELLED,
+    RELEASED,
+    Acquire,
+    Acquired,
+    BusyLeases,
+    Clock,
+    Commit,
+    Flow,
+    Lookup,
+    Rebuilt,
+    Refused,
+    Release,
+    SystemClock,
+    seal,
+)
+from .keys import Keys, KeySpace
+from .near import NearCache, NearStore
+from .options import UNSET, Options
+from .reads import Lease, Paused, Read
+from .serializers import PickleSerializer, Serializer
+from .signing import signer_from
+
+__all__ = ["Settings"]
+
+_CALL_FIELDS = ("ttl", "stale_ttl", "lease_ttl", "wait_timeout", "background", "beta")
+_ALL_UNSET = (UNSET,) * len(_CALL_FIELDS)
+
+
+class Settings:
+    """An instance's settings, checked, and what follows from them without I/O:
+    key names, each call's options, encoding and decoding, events, and each
+    script's arguments and reply."""
+
+    def __init__(
+        self,
+        *,
+        namespace: str = "stampede",
+        options: Options | None = None,
+        serializer: Serializer | None = None,
+        signing_key: Any = None,
+        near_cache: Any = None,
+        on_event: EventHook | None = None,
+        clock: Clock | None = None,
+        option_values: Mapping[str, Any] | None = None,
+    ) -> None:
+        base = options if options is not None else Options()
+        if not isinstance(base, Options):
+            raise ConfigurationError(f"options must be a stampede.Options, got {base!r}")
+        if option_values:
+            base = Options.from_mapping({**dataclasses.asdict(base), **option_values})
+        serializer = serializer if serializer is not None else PickleSerializer()
+        if not isinstance(serializer, Serializer):
+            raise ConfigurationError(f"serializer must have codec_id, dumps and loads, got {serializer!r}")
+        codec_id = serializer.codec_id
+        if isinstance(codec_id, bool) or not isinstance(codec_id, int) or not 1 <= codec_id <= 255:
+            raise ConfigurationError(f"serializer.codec_id must be an int in 1..255, got {codec_id!r}")
+        if on_event is not None and not callable(on_event):
+            raise ConfigurationError(f"on_event must be callable, got {on_event!r}")
+        #: Names this instance's keys in Redis.
+        self.keys = KeySpace(namespace)
+        self.options = base
+        self._merged: dict[tuple[Any, ...], Options] = {}
+        self.serializer = serializer
+        self.codec = Codec(serializer, signer_from(signing_key))
+        #: The near cache's settings, if it has one.
+        self.near = NearCache.from_setting(near_cache)
+        self._decode_raw = self.codec.decode  # bound once: it is on every hit
+        self.on_event = on_event
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._now = self.clock.time  # bound once: it is on every hit
+        #: Keys another process was found refreshing: not asked again for a moment.
+        self.busy = BusyLeases()
+
+    # --- options, keys, events ---------------------------------------------
+
+    def call_options(
+        self,
+        ttl: Any = UNSET,
+        stale_ttl: Any = UNSET,
+        lease_ttl: Any = UNSET,
+        wait_timeout: Any = UNSET,
+        background: Any = UNSET,
+        beta: Any = UNSET,
+    ) -> Options:
+        """This instance's options with a call's overrides; memoised, as it is on the hit path."""
+        values = (ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
+        if values == _ALL_UNSET:
+            return self.options
+        memo = self._merged
+        try:
+            # Stored under the bare values only when none of them equals 0
+            # or 1: so a bool (True == 1, and hashes alike) never finds
+            # them, and ttl=True is never served what was validated for 1.
+            return memo[values]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable, hence invalid: merged() says why
+            return self.options.merged(self._overrides(values))
+        signature = (*values, *map(type, values))  # types in the key: True is not 1
+        try:
+            return memo[signature]
+        except KeyError:
+            pass
+        merged = self.options.merged(self._overrides(values))
+        if len(memo) >= 256:
+            memo.clear()
+        memo[values if 0 not in values and 1 not in values else signature] = merged
+        return merged
+
+    @staticmethod
+    def _overrides(values: tuple[Any, ...]) -> dict[str, Any]:
+        return {name: value for name, value in zip(_CALL_FIELDS, values, strict=True) if value is not UNSET}
+
+    def emit(self, keys: Keys, kind: EventKind, **details: Any) -> None:
+        self.emit_named(keys.name, kind, **details)
+
+    def emit_named(self, name: str, kind: EventKind, **details: Any) -> None:
+        hook = self.on_event
+        if hook is None:
+            return
+        try:
+            hook(Event(kind, name, namespace=self.keys.namespace, **details))
+        except Exception:
+            # An observer must never break the cache it observes.
+            logger.exception("on_event hook raised for %s on %r", kind.value, name)
+
+    # --- reading ------------------------------------------------------------
+
+    def decode(self, keys: Keys, raw: bytes | None) -> Entry | None:
+        if raw is None:
+            return None
+        try:
+            return self._decode_raw(keys.value, raw)
+        except CorruptEntryError as exc:
+            logger.warning("ignoring unreadable data under key %r: %s", keys.name, exc)
+            self.emit(keys, EventKind.CORRUPT)
+            return None
+
+    def lookup(self, keys: Keys, raw: bytes | None, options: Options) -> Entry | Lookup:
+        """What a first read found: the fresh :class:`Entry` to serve (a hit), or
+        what the flow needs. On every hit, so the common case comes first."""
+        if raw is not None:
+            try:
+                entry = self._decode_raw(keys.value, raw)
+            except CorruptEntryError:
+                return Lookup(self.decode(keys, raw))  # logs and reports it
+            if self.is_hit(keys, entry, options):
+                return entry
+            return Lookup(entry)
+        return Lookup(None)
+
+    def near_lookup(self, keys: Keys, raw: bytes, options: Options) -> Entry | Lookup | None:
+        """What a near copy holds: the :class:`Entry` to serve (a hit, see
+        :meth:`_is_hit`), or, stale or drawn for early refresh, the
+        :class:`Lookup` the flow starts from, as from a ``GET`` (Redis holds
+        the same: the copy would have been dropped otherwise). So while
+        another caller refreshes the key, the stale value is served from the
+        process. ``None``: unreadable, read it from Redis."""
+        try:
+            entry = self._decode_raw(keys.value, raw)
+        except CorruptEntryError:
+            return None  # Redis holds it too: the read there reports it
+        now = self._now()
+        if now < entry.fresh_until and (
+            options.beta is None or not entry.wants_early_refresh(now, options.beta)
+        ):
+            if self.on_event is not None:
+                self.emit(keys, EventKind.NEAR_HIT)
+            return entry
+        return Lookup(entry)
+
+    def near_store(self) -> NearStore | None:
+        """The near cache's store, if there is one (made by the driver, which
+        then has its subscriber track it)."""
+        if self.near is None:
+            return None
+        report = self._near_dropped if self.on_event is not None else None
+        return NearStore(self.near, self.keys.prefix, report)
+
+    def _near_dropped(self, kind: EventKind, name: bytes) -> None:
+        self.emit_named(self.keys.key_of(name) if name else "", kind)
+
+    def is_hit(self, keys: Keys, entry: Entry, options: Options) -> bool:
+        """Whether ``entry`` is served as it is: fresh, and not drawn for early refresh."""
+        now = self._now()
+        if now < entry.fresh_until and (
+            options.beta is None or not entry.wants_early_refresh(now, options.beta)
+        ):
+            if self.on_event is not None:
+                self.emit(keys, EventKind.HIT)
+            return True
+        return False
+
+    def flow(self, keys: Keys, options: Options, *, fails_over: bool, **kwargs: Any) -> Flow:
+        """A :class:`Flow` for one call; ``kwargs``: the flow's keyword options."""
+
+        def emit(kind: EventKind, **details: Any) -> None:
+            self.emit(keys, kind, **details)
+
+        return Flow(
+            keys,
+            options,
+            self.codec,
+            lambda raw: self.decode(keys, raw),
+            self.clock,
+            emit,
+            fails_over=fails_over,
+            busy=self.busy,
+            **kwargs,
+        )
+
+    def read_timed_out(self, keys: Keys, options: Options) -> Read:
+        """A ``read`` that waited ``wait_timeout`` in vain for its process's flight."""
+        self.emit(keys, EventKind.WAIT_TIMEOUT)
+        if options.on_wait_timeout == "raise":
+            raise WaitTimeoutError(keys.name, options.wait_timeout)
+        return Read(False)
+
+    def miss_once(self, keys: Keys, missed: bool) -> bool:
+        """A caller about to wait for a rebuild its process already has under
+        way: a miss, reported once per call (its flow, should it lead later,
+        does not report it again). Returns ``True``: reported."""
+        if not missed:
+            self.emit(keys, EventKind.MISS)
+        return True
+
+    def waited(self, keys: Keys, started: float) -> None:
+        """A caller's wait for its process's own flight ended (monotonic ``started``)."""
+        if self.on_event is not None:
+            self.emit(keys, EventKind.WAIT, duration=self.clock.monotonic() - started)
+
+    def serve_follower(self, keys: Keys, entry: Entry) -> Any:
+        """A caller whose process already has a refresh of ``keys`` under way."""
+        fresh = entry.is_fresh(self.clock.time())
+        self.emit(keys, EventKind.HIT if fresh else EventKind.STALE_HIT)
+        return entry.value
+
+    # --- script arguments ---------------------------------------------------
+
+    def write_args(self, keys: Keys, value: Any, options: Options) -> list[Any]:
+        data = seal(self.codec, keys, value, options, now=self.clock.time(), duration=0.0)
+        return [data, options.expire_ms or 0, keys.channel, self.options.lapse_ms]
+
+    def delete_args(self, keys: Keys) -> list[Any]:
+        return ["", 0, keys.channel, self.options.lapse_ms]
+
+    def invalidate_args(self) -> list[Any]:
+        return [self.codec.magic, FRESH_UNTIL_OFFSET, b"\x00" * 8, self.options.lapse_ms]
+
+    def touch_args(self, options: Options) -> list[Any]:
+        fresh_until = struct.pack("<d", self.fresh_until(options))
+        return [MAGIC, FRESH_UNTIL_OFFSET, fresh_until, options.expire_ms or 0]
+
+    def fresh_until(self, options: Options) -> float:
+        ttl = options.ttl
+        return float("inf") if ttl is None else self.clock.time() + ttl
+
+    def retimed(self, keys: Keys, raw: bytes, options: Options) -> tuple[bytes, str]:
+        """A signed ``touch``: the new value of ``keys`` and the SWAP expiry."""
+        fresh_until = self.fresh_until(options)
+        return self.codec.resigned(keys.value, raw, fresh_until=fresh_until), str(options.expire_ms or 0)
+
+    def incremented(self, keys: Keys, raw: bytes, delta: int) -> tuple[bytes, int]:
+        """A signed ``incr``: the new value of ``keys`` and the new integer."""
+        value = self.codec.decode(keys.value, raw).value  # raw was verified: this is cheap
+        if type(value) is not int:
+            raise TypeError(f"the value of key {keys.name!r} is not an integer")
+        total = value + delta
+        if not -(2**63) <= total < 2**63:  # as Redis's INCRBY on unsigned values
+            raise OverflowError(f"incrementing key {keys.name!r} leaves the 64-bit integer range")
+        return self.codec.resigned(keys.value, raw, payload=str(total).encode()), total
+
+    @staticmethod
+    def incr_args(delta: int) -> list[Any]:
+        if isinstance(delta, bool) or not isinstance(delta, int):
+            raise ConfigurationError(f"delta must be an int, got {delta!r}")
+        return [MAGIC + bytes([INT_CODEC]), HEADER.size, delta]
+
+    @staticmethod
+    def incr_result(keys: Keys, reply: list[Any]) -> int | None:
+        status = int(reply[0])
+        if status == 1:
+            return int(reply[1])
+        if status == 0:
+            return None
+        if status == -1:
+            raise TypeError(f"the value of key {keys.name!r} is not an integer")
+        raise OverflowError(f"incrementing key {keys.name!r} leaves the 64-bit integer range")
+
+    def items(self, mapping: Mapping[Any, Any]) -> list[tuple[Keys, Any]]:
+        if not isinstance(mapping, Mapping):
+            raise ConfigurationError(f"mapping must be a Mapping of keys to values, got {mapping!r}")
+        return [(self.keys(key), value) for key, value in mapping.items()]
+
+    def many(self, keys: Iterable[str | bytes]) -> dict[bytes, tuple[str | bytes, Keys]]:
+        named: dict[bytes, tuple[str | bytes, Keys]] = {}
+        for key in keys:
+            names = self.keys(key)
+            named[names.value] = (key, names)
+        return named
+
+    def found_many(self, named: dict[bytes, tuple[str | bytes, Keys]], raws: list[Any]) -> dict[Any, Any]:
+        found = {}
+        for (key, names), raw in zip(named.values(), raws, strict=True):
+            entry = self.decode(names, raw if isinstance(raw, bytes) else None)
+            if entry is not None:
+                found[key] = entry.value
+        return found
+
+    @staticmethod
+    def unlink_plan(names: list[bytes]) -> tuple[list[bytes], list[bytes], list[Keys]]:
+        """Sort names that ``SCAN`` found under this namespace for deletion:
+        values and other keys to unlink, and keys whose rebuild is under way
+        (they have a lease) to delete as ``delete`` does, leaving a fence, so
+        that rebuild cannot store what it read before. Fences are left to
+        expire: deleting one would let such a commit through."""
+        leased = {name[:-6] for name in names if name.endswith(b":lease")}
+        values = [name for name in names if name.endswith(b"}") and name not in leased]
+        others = [name for name in names if not name.endswith((b"}", b":lease", b":fence"))]
+        fenced = [Keys(value.decode("utf-8", "backslashreplace"), value) for value in sorted(leased)]
+        return values, others, fenced
+
+    def lease_for(self, keys: Keys, options: Options, flow: Flow, paused: Paused) -> Read:
+        if paused.token is None:  # no lease to hand out (fail-open, or gave up waiting)
+            return Read(False)
+        clock = self.clock
+        lease = Lease(keys, paused.token, flow, options, clock.monotonic(), flow.won_at)
+        return Read(False, None, lease, paused.stale)
+
+    def settle_options(self, lease: Lease, ttl: Any, stale_ttl: Any) -> Options:
+        """The lease's options, with the committer's ``ttl``/``stale_ttl`` if given."""
+        given = {
+            name: value for name, value in (("ttl", ttl), ("stale_ttl", stale_ttl)) if value is not UNSET
+        }
+        options = lease._options.merged(given) if given else lease._options
+        lease._flow.options = options
+        return options
+
+    def rebuilt_by_holder(self, lease: Lease, value: Any) -> Rebuilt:
+        if not isinstance(lease, Lease):
+            raise ConfigurationError(f"lease must be a stampede.Lease from read(), got {lease!r}")
+        return Rebuilt(value, None, self.clock.monotonic() - lease._started)
+
+    def op_call(self, op: Acquire | Commit | Release, keys: Keys, options: Options) -> tuple[str, list[Any]]:
+        """The script and arguments that carry out a lease operation."""
+        if isinstance(op, Acquire):
+            return "acquire", [op.token, options.lease_ms]
+        if isinstance(op, Commit):
+            since = "" if op.won_at is None else op.won_at
+            magic = self.codec.magic
+            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, magic, options.lapse_ms]
+            return "commit", args
+        return "release", [op.token, keys.channel, CANCELLED if op.retake else RELEASED]
+
+    @staticmethod
+    def op_result(op: Acquire | Commit | Release, reply: Any) -> Any:
+        if isinstance(op, Acquire):
+            if reply[0]:
+                won_at = reply[2]
+                return Acquired(
+                    True, reply[1], won_at=won_at.decode() if isinstance(won_at, bytes) else won_at
+                )
+            return Acquired(False, lease_pttl=int(reply[1]))
+        if isinstance(op, Commit):
+            if isinstance(reply, list):
+                return Refused(reply[1] if len(reply) > 1 else None)
+            return True
+        return None

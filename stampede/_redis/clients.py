@@ -1,0 +1,121 @@
+"""The clients an instance reads through besides its own: what a client is, and
+the replicas that may hold a copy of a key while its primary fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import redis.asyncio.cluster
+import redis.asyncio.sentinel
+import redis.cluster
+import redis.sentinel
+
+from .._exceptions import ConfigurationError
+from .nodes import node_client
+
+__all__ = ["Standbys", "check_client", "is_cluster", "sentinel_pool"]
+
+
+#: The connection settings a Sentinel-managed master's replicas are read with.
+_CONNECTION_SETTINGS = (
+    "db",
+    "username",
+    "password",
+    "credential_provider",
+    "socket_timeout",
+    "socket_connect_timeout",
+    "socket_keepalive",
+    "socket_keepalive_options",
+    "retry_on_timeout",
+    "health_check_interval",
+    "client_name",
+    *(f"ssl_{name}" for name in ("keyfile", "certfile", "cert_reqs", "ca_certs", "ca_data", "ca_path")),
+    *(f"ssl_{name}" for name in ("check_hostname", "password", "min_version", "ciphers")),
+)
+
+
+def sentinel_pool(client: Any) -> Any:
+    """The Sentinel-managed pool of ``client`` (a master), or ``None``."""
+    pool = getattr(client, "connection_pool", None)
+    kinds = (redis.sentinel.SentinelConnectionPool, redis.asyncio.sentinel.SentinelConnectionPool)
+    return pool if isinstance(pool, kinds) and pool.is_master else None
+
+
+def check_client(client: object) -> None:
+    kwargs_of = getattr(client, "get_connection_kwargs", None)
+    if kwargs_of is None:
+        raise ConfigurationError(f"client must be a redis-py client, got {type(client).__name__}")
+    if kwargs_of().get("decode_responses"):
+        raise ConfigurationError(
+            "client has decode_responses=True; stampede stores binary envelopes "
+            "and needs a client created with decode_responses=False"
+        )
+
+
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` is a Redis Cluster client (blocking or asyncio)."""
+    return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
+
+
+class Standbys:
+    """The clients that may hold a copy of a key when its primary fails: the
+    replicas given, a cluster node's replicas, or a Sentinel-watched
+    master's replicas. Clients made here (node clients, a Sentinel's replica
+    client) are made once, when first needed, and closed with the instance."""
+
+    def __init__(self, client: Any, replicas: tuple[Any, ...]) -> None:
+        self._client = client
+        self._cluster = is_cluster(client)
+        self._sentinel_pool = sentinel_pool(client)
+        self._replicas = replicas
+        self._made: dict[str, Any] = {}
+
+    @property
+    def fail_over(self) -> bool:
+        """Whether a failed primary is replaced (a failover) rather than gone."""
+        return self._cluster or self._sentinel_pool is not None
+
+    def made(self) -> list[Any]:
+        """The clients made so far."""
+        return list(self._made.values())
+
+    def take_made(self) -> list[Any]:
+        """The clients made so far, forgotten here: the caller closes them."""
+        made = list(self._made.values())
+        self._made.clear()
+        return made
+
+    def for_key(self, name: bytes) -> list[tuple[Any, bool]]:
+        """The clients that may hold a copy of ``name`` when its primary fails,
+        each with whether it needs READONLY first (a cluster replica)."""
+        if self._cluster:
+            client = self._client
+            nodes = client.nodes_manager.slots_cache.get(client.keyslot(name)) or ()
+            return [(self._node_client(node), True) for node in nodes[1:]]
+        pool = self._sentinel_pool
+        if pool is not None:
+            standby = self._made.get("sentinel")
+            if standby is None:
+                # Connects lazily: a client made by a thread that loses the
+                # race below holds no socket.
+                kwargs = pool.connection_kwargs
+                standby = self._made.setdefault(
+                    "sentinel",
+                    pool.sentinel_manager.slave_for(
+                        pool.service_name,
+                        connection_class=pool.connection_class,
+                        **{key: kwargs[key] for key in _CONNECTION_SETTINGS if key in kwargs},
+                    ),
+                )
+            return [(standby, False)]
+        return [(replica, False) for replica in self._replicas]
+
+    def _node_client(self, node: Any) -> Any:
+        """This instance's client of one cluster node, made once, closed with it."""
+        client = self._made.get(node.name)
+        if client is None:
+            made = node_client(self._client, node)
+            client = self._made.setdefault(node.name, made)  # atomic: one per node
+            if client is not made:  # another thread's came first (blocking clients only)
+                made.close()
+        return client
