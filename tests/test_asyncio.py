@@ -279,3 +279,39 @@ async def test_a_cancelled_reader_hands_the_shared_read_on_not_one_read_per_task
     results = await asyncio.gather(*tasks[1:], return_exceptions=True)
     assert [entry.value for entry in results if not isinstance(entry, BaseException)] == ["v"] * 299
     await sf.aclose()
+
+
+async def test_background_refreshes_run_at_most_background_workers_at_once(
+    aclient: redis.asyncio.Redis, namespace: str
+) -> None:
+    # Many keys going stale at once: as with the blocking flavour's threads,
+    # their refreshes queue rather than all hold a pool connection at once.
+    async with stampede.asyncio.Stampede(aclient, namespace=namespace, background_workers=2) as asf:
+        keys = [f"stale:{i}" for i in range(12)]
+        for key in keys:
+            await asf.set(key, "old", ttl=0.01, stale_ttl=60)
+        await asyncio.sleep(0.05)
+        running = most = 0
+
+        async def refresh() -> str:
+            nonlocal running, most
+            running += 1
+            most = max(most, running)
+            await asyncio.sleep(0.05)
+            running -= 1
+            return "new"
+
+        served = await asyncio.gather(
+            *[asf.get_or_rebuild(key, refresh, ttl=60, background=True) for key in keys]
+        )
+        assert served == ["old"] * len(keys)  # served stale at once, refreshed behind
+    # Leaving the block waited for every refresh.
+    assert most == 2
+    async with stampede.asyncio.Stampede(aclient, namespace=namespace) as again:
+        assert [(await again.get(key)).value for key in keys] == ["new"] * len(keys)  # type: ignore[union-attr]
+
+
+def test_background_workers_must_be_a_positive_int(aclient: redis.asyncio.Redis) -> None:
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(stampede.ConfigurationError, match="background_workers"):
+            stampede.asyncio.Stampede(aclient, background_workers=bad)  # type: ignore[arg-type]

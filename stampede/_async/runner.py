@@ -74,7 +74,7 @@ class AsyncFlowRunner:
     ) -> Any:
         """Run ``flow`` to its end and return its result. Without a
         ``rebuild`` function, stop where the flow asks for a rebuild and
-        return :class:`Paused` (the caller rebuilds: see :meth:`read`)."""
+        return :class:`Paused` (the caller rebuilds: see ``Stampede.read``)."""
         failure: BaseException | None = None
         while True:
             try:
@@ -111,7 +111,7 @@ class AsyncFlowRunner:
 
     async def execute(self, op: Op, keys: Keys, options: Options, rebuild: AsyncRebuilder[Any] | None) -> Any:
         if isinstance(op, Rebuild):
-            assert rebuild is not None  # _drive pauses at a Rebuild when there is none
+            assert rebuild is not None  # drive() pauses at a Rebuild when there is none
             return await self._rebuild(op.token, keys, options, rebuild)
         if isinstance(op, Wait):
             return await self._wait(op, keys)

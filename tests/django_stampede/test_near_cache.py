@@ -98,7 +98,7 @@ async def test_async_reads_are_served_from_the_process_too(client: redis.Redis, 
 
 def test_off_by_default(client: redis.Redis, namespace: str) -> None:
     cache = backend(namespace)
-    assert cache.stampede._core.near is None
+    assert cache.stampede._near is None
     cache.set("k", "v", 60)
     assert cache.get("k") == "v"
     before = commands(client)
@@ -124,7 +124,7 @@ def test_off_by_default(client: redis.Redis, namespace: str) -> None:
 )
 def test_the_values_the_setting_takes(namespace: str, setting: Any, expected: Any) -> None:
     cache = backend(namespace, NEAR_CACHE=setting)
-    near = cache.stampede._core.near
+    near = cache.stampede._near
     assert (near.settings if near is not None else None) == expected
 
 

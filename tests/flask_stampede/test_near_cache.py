@@ -75,7 +75,7 @@ def test_flask_caching_serves_reads_from_the_process(client: redis.Redis, namesp
     other, _, _ = near_app(CACHE_OPTIONS={"namespace": namespace})  # its own client, no near cache
     writer = next(iter(other.extensions["cache"].values()))  # another process's backend
     with app.app_context():
-        near = reader.cache.stampede._core.near
+        near = reader.cache.stampede._near
         assert near is not None
         assert near.settings == stampede.NearCache(max_entries=100)
         writer.set("k", {"a": 1})
@@ -118,7 +118,7 @@ def test_off_by_default(client: redis.Redis) -> None:
         return "built"
 
     with app.app_context():
-        assert cache.cache.stampede._core.near is None
+        assert cache.cache.stampede._near is None
         assert price() == "built"
         cache.set("k", "v")
         before = commands(client)
