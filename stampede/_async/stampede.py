@@ -24,7 +24,7 @@ import redis.exceptions
 from .._core.cached import CachedFunction, key_builder
 from .._core.envelope import Entry
 from .._core.events import EventHook, EventKind, logger
-from .._core.flights import Flight, Flights, Turns
+from .._core.flights import KeyLocks, LocalFlight, LocalFlights
 from .._core.flow import (
     Clock,
     Flow,
@@ -120,7 +120,7 @@ class Stampede(AsyncOperations):
             option_values=option_values,
         )
         self._settings = settings
-        self._server = AsyncServer(client, tuple(replicas), settings, self._wrote)
+        self._server = AsyncServer(client, tuple(replicas), settings, self._after_script)
         if settings.near is not None and (self._server.cluster or replicas):
             # Tracking is per node, and replicas lag: neither is coherent yet.
             raise ConfigurationError(
@@ -134,8 +134,8 @@ class Stampede(AsyncOperations):
         self._clock = settings.clock
         self._owns_client = False  # set by from_url(), whose client close() closes
         self._owned: list[Any] = []  # more clients from_url() made (a Sentinel's), closed with it
-        self._flights: Flights[AsyncEvent] = Flights(AsyncEvent)
-        self._turns = Turns(AsyncLock)
+        self._flights: LocalFlights[AsyncEvent] = LocalFlights(AsyncEvent)
+        self._turns = KeyLocks(AsyncLock)
         self._subscriber = async_subscriber_for(client)
         self._near = settings.near_store()
         if self._near is not None:
@@ -149,8 +149,8 @@ class Stampede(AsyncOperations):
         (reads, rebuilds, background refreshes) did not come along, and the
         locks they held are dropped with them."""
         self._reads.forked()
-        self._flights = Flights(AsyncEvent)
-        self._turns = Turns(AsyncLock)
+        self._flights = LocalFlights(AsyncEvent)
+        self._turns = KeyLocks(AsyncLock)
         self._background.forked()
 
     @property
@@ -323,7 +323,7 @@ class Stampede(AsyncOperations):
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._settings.serve_follower(keys, lookup.entry)
         flow = self._flow(keys, options, can_wait=async_can_block(), missed=missed)
-        return await self._lead(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
+        return await self._lead_flight(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
 
     async def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: AsyncRebuilder[Any]) -> Any:
         # Callers that gave up on this process's own flight share one
@@ -337,12 +337,13 @@ class Stampede(AsyncOperations):
             if not flight.abandoned:
                 return flight.outcome()
         flow = self._flow(keys, options)
-        return await self._lead(fallback_key, flight, flow, flow.after_wait_timeout(), keys, options, rebuild)
+        steps = flow.after_wait_timeout()
+        return await self._lead_flight(fallback_key, flight, flow, steps, keys, options, rebuild)
 
-    async def _lead(
+    async def _lead_flight(
         self,
         flight_key: Hashable,
-        flight: Flight[AsyncEvent],
+        flight: LocalFlight[AsyncEvent],
         flow: Flow,
         steps: Generator[Op, Any, Any],
         keys: Keys,
@@ -363,7 +364,7 @@ class Stampede(AsyncOperations):
         options: Options,
         lookup: Lookup,
         rebuild: AsyncRebuilder[Any],
-        flight: Flight[AsyncEvent],
+        flight: LocalFlight[AsyncEvent],
     ) -> None:
         async def refresh() -> None:
             flow = self._flow(keys, options, background=True)
@@ -383,10 +384,10 @@ class Stampede(AsyncOperations):
             logger.info("cannot refresh %r in the background: %s", keys.name, exc)
             self._flights.finish(keys.value, flight, error=exc)
 
-    def _wrote(self, script: str, *written: Keys) -> None:
+    def _after_script(self, script: str, *written: Keys) -> None:
         """After ``script`` ran on ``written``: the outcomes of flights of
         those keys that were under way are not shared after it (see
-        ``Flight.overtaken``)."""
+        ``LocalFlight.overtaken``)."""
         if script in lua.WRITES:
             near = self._near
             for keys in written:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Flight", "Flights", "Turns"]
+__all__ = ["KeyLocks", "LocalFlight", "LocalFlights"]
 
 
 class _Settable(Protocol):
@@ -23,7 +23,7 @@ class _Settable(Protocol):
 E = TypeVar("E", bound=_Settable)
 
 
-class Flight(Generic[E]):
+class LocalFlight(Generic[E]):
     """One leader's work on one key, and its outcome once ``done`` is set."""
 
     __slots__ = ("_traceback", "done", "error", "followers", "overtaken", "superseded", "value")
@@ -57,29 +57,29 @@ class Flight(Generic[E]):
         return self.value
 
 
-class Flights(Generic[E]):
+class LocalFlights(Generic[E]):
     """The flights under way in this process, by key: a value key, or a
     value key and a phase (the fallback rebuild after a wait timeout)."""
 
     def __init__(self, new_event: Callable[[], E]) -> None:
         self._new_event = new_event
         self._lock = threading.Lock()
-        self._flights: dict[Hashable, Flight[E]] = {}
+        self._flights: dict[Hashable, LocalFlight[E]] = {}
 
-    def join(self, key: Hashable) -> tuple[Flight[E], bool]:
+    def join(self, key: Hashable) -> tuple[LocalFlight[E], bool]:
         """The flight for ``key``, and whether the caller leads it (it is new)."""
         with self._lock:
             flight = self._flights.get(key)
             if flight is not None:
                 flight.followers += 1
                 return flight, False
-            flight = self._flights[key] = Flight(self._new_event())
+            flight = self._flights[key] = LocalFlight(self._new_event())
             return flight, True
 
     def finish(
         self,
         key: Hashable,
-        flight: Flight[E],
+        flight: LocalFlight[E],
         value: Any = None,
         error: BaseException | None = None,
         *,
@@ -116,7 +116,7 @@ class Flights(Generic[E]):
 L = TypeVar("L")
 
 
-class Turns(Generic[L]):
+class KeyLocks(Generic[L]):
     """A lock per key, kept while callers of this process hold or wait for
     it, so that they update the key in turn: a compare-and-set lost to a
     caller of the same process is round trips spent for nothing. Used by

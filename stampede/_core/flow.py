@@ -45,9 +45,9 @@ __all__ = [
     "Standby",
     "Wait",
     "Waited",
+    "envelope_of",
     "new_token",
     "renew_interval",
-    "seal",
     "wake_interval",
 ]
 
@@ -231,7 +231,9 @@ def wake_interval(remaining: float, lease_pttl_ms: int, subscribed: bool) -> flo
     return max(0.0, min(remaining, until_expiry + random.uniform(0.005, 0.05), 1.0))
 
 
-def seal(codec: Codec, keys: Keys, value: Any, options: Options, *, now: float, duration: float) -> bytes:
+def envelope_of(
+    codec: Codec, keys: Keys, value: Any, options: Options, *, now: float, duration: float
+) -> bytes:
     """The envelope of ``value`` for ``keys`` under ``options`` (its ``ttl``),
     refused with :class:`SerializationError` when the serializer fails or it is
     larger than ``max_value_size`` (before it is sent: Redis would take the
@@ -684,7 +686,7 @@ class Flow:
             return committed
 
     def _encode(self, rebuilt: Rebuilt) -> bytes:
-        return seal(
+        return envelope_of(
             self.codec,
             self.keys,
             rebuilt.value,

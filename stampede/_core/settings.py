@@ -24,7 +24,7 @@ from .flow import (
     Refused,
     Release,
     SystemClock,
-    seal,
+    envelope_of,
 )
 from .keys import Keys, KeySpace
 from .near import NearCache, NearStore
@@ -251,7 +251,7 @@ class Settings:
     # --- script arguments ---------------------------------------------------
 
     def write_args(self, keys: Keys, value: Any, options: Options) -> list[Any]:
-        data = seal(self.codec, keys, value, options, now=self.clock.time(), duration=0.0)
+        data = envelope_of(self.codec, keys, value, options, now=self.clock.time(), duration=0.0)
         return [data, options.expire_ms or 0, keys.channel, self.options.lapse_ms]
 
     def delete_args(self, keys: Keys) -> list[Any]:

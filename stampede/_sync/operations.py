@@ -17,7 +17,7 @@ import redis.exceptions
 
 from .._core.envelope import Entry
 from .._core.events import EventKind
-from .._core.flights import Turns
+from .._core.flights import KeyLocks
 from .._core.flow import FAILOVER_BACKOFF, Clock
 from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
@@ -47,7 +47,7 @@ class Operations:
     _reads: SharedReads
     _near: NearStore | None
     #: A lock per key for signed updates (a lock of the flavour's).
-    _turns: Turns[Any]
+    _turns: KeyLocks[Any]
     # Bound from the settings: on every hit.
     _keys: KeySpace
     _clock: Clock

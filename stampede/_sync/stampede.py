@@ -25,7 +25,7 @@ import redis.exceptions
 from .._core.cached import CachedFunction, key_builder
 from .._core.envelope import Entry
 from .._core.events import EventHook, EventKind, logger
-from .._core.flights import Flight, Flights, Turns
+from .._core.flights import KeyLocks, LocalFlight, LocalFlights
 from .._core.flow import (
     Clock,
     Flow,
@@ -121,7 +121,7 @@ class Stampede(Operations):
             option_values=option_values,
         )
         self._settings = settings
-        self._server = Server(client, tuple(replicas), settings, self._wrote)
+        self._server = Server(client, tuple(replicas), settings, self._after_script)
         if settings.near is not None and (self._server.cluster or replicas):
             # Tracking is per node, and replicas lag: neither is coherent yet.
             raise ConfigurationError(
@@ -135,8 +135,8 @@ class Stampede(Operations):
         self._clock = settings.clock
         self._owns_client = False  # set by from_url(), whose client close() closes
         self._owned: list[Any] = []  # more clients from_url() made (a Sentinel's), closed with it
-        self._flights: Flights[Event] = Flights(Event)
-        self._turns = Turns(Lock)
+        self._flights: LocalFlights[Event] = LocalFlights(Event)
+        self._turns = KeyLocks(Lock)
         self._subscriber = subscriber_for(client)
         self._near = settings.near_store()
         if self._near is not None:
@@ -150,8 +150,8 @@ class Stampede(Operations):
         (reads, rebuilds, background refreshes) did not come along, and the
         locks they held are dropped with them."""
         self._reads.forked()
-        self._flights = Flights(Event)
-        self._turns = Turns(Lock)
+        self._flights = LocalFlights(Event)
+        self._turns = KeyLocks(Lock)
         self._background.forked()
 
     @property
@@ -318,7 +318,7 @@ class Stampede(Operations):
             self._refresh_in_background(keys, options, lookup, rebuild, flight)
             return self._settings.serve_follower(keys, lookup.entry)
         flow = self._flow(keys, options, can_wait=can_block(), missed=missed)
-        return self._lead(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
+        return self._lead_flight(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
 
     def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Rebuilder[Any]) -> Any:
         # Callers that gave up on this process's own flight share one
@@ -332,12 +332,13 @@ class Stampede(Operations):
             if not flight.abandoned:
                 return flight.outcome()
         flow = self._flow(keys, options)
-        return self._lead(fallback_key, flight, flow, flow.after_wait_timeout(), keys, options, rebuild)
+        steps = flow.after_wait_timeout()
+        return self._lead_flight(fallback_key, flight, flow, steps, keys, options, rebuild)
 
-    def _lead(
+    def _lead_flight(
         self,
         flight_key: Hashable,
-        flight: Flight[Event],
+        flight: LocalFlight[Event],
         flow: Flow,
         steps: Generator[Op, Any, Any],
         keys: Keys,
@@ -358,7 +359,7 @@ class Stampede(Operations):
         options: Options,
         lookup: Lookup,
         rebuild: Rebuilder[Any],
-        flight: Flight[Event],
+        flight: LocalFlight[Event],
     ) -> None:
         def refresh() -> None:
             flow = self._flow(keys, options, background=True)
@@ -378,10 +379,10 @@ class Stampede(Operations):
             logger.info("cannot refresh %r in the background: %s", keys.name, exc)
             self._flights.finish(keys.value, flight, error=exc)
 
-    def _wrote(self, script: str, *written: Keys) -> None:
+    def _after_script(self, script: str, *written: Keys) -> None:
         """After ``script`` ran on ``written``: the outcomes of flights of
         those keys that were under way are not shared after it (see
-        ``Flight.overtaken``)."""
+        ``LocalFlight.overtaken``)."""
         if script in lua.WRITES:
             near = self._near
             for keys in written:
