@@ -4,7 +4,8 @@ errors, the slowest answers, and the most Redis connections any one server proce
 
 Used by the sustained-load scenario (:mod:`bench.sustained`) and by the tests, which run the same
 load shorter. The app is ``bench._apps.sustained_django`` or ``bench._apps.sustained_flask``,
-served by one of :data:`SERVERS` in a session of its own, always stopped.
+served by one of :data:`stampede.testing._app_servers.SERVERS` (:class:`AppServer`: a process group
+of its own, always stopped).
 """
 
 from __future__ import annotations
@@ -12,13 +13,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import http.client
-import importlib.util
 import itertools
 import math
-import os
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -30,19 +26,18 @@ from urllib.parse import urlsplit
 
 import psutil
 
+from stampede.testing._app_servers import AppServer, Server
+
+from ._apps import SOURCE_ROOT
 from ._apps.sustained_config import AppConfig, Backend
-from ._appserver import SOURCE_ROOT, errors_in_log, free_port, tail
 from ._stats import percentile
 from ._timeline import GATE, Render, Timeline
 
 __all__ = [
-    "SERVERS",
     "Load",
     "Meanwhile",
     "Outcome",
     "Served",
-    "Server",
-    "ServerError",
     "app",
     "crowd",
     "drive",
@@ -53,92 +48,8 @@ __all__ = [
     "window_overlaps",
 ]
 
-#: Seconds a server has to import its framework and answer ``/ready``.
-READY_TIMEOUT = 60.0
 #: Seconds between two looks at the server processes' Redis connections.
 SAMPLE_INTERVAL = 0.05
-
-
-@dataclass(frozen=True)
-class Server:
-    """A way to serve an app: the command line, given the app's module and a port."""
-
-    name: str
-    label: str
-    interface: Literal["wsgi", "asgi"]
-    command: tuple[str, ...]  # "{app}" and "{port}" are filled in
-    modules: tuple[str, ...]
-    #: Whether a request that waits holds no worker (an event loop's task, a greenlet) rather than
-    #: one of a fixed number of threads or processes, so that other requests are served meanwhile.
-    waits_free: bool = True
-
-    def argv(self, app: str, port: int) -> list[str]:
-        return [sys.executable, *(part.format(app=app, port=port) for part in self.command)]
-
-    def missing(self) -> list[str]:
-        """The modules this server needs that cannot be imported here."""
-        return [module for module in self.modules if importlib.util.find_spec(module) is None]
-
-
-_BIND = "127.0.0.1:{port}"
-_GUNICORN = ("-m", "gunicorn", "-b", _BIND, "--backlog", "2048", "--timeout", "120", "--log-level", "warning")
-_UVICORN = (
-    *("-m", "uvicorn", "{app}", "--port", "{port}", "--log-level", "warning", "--no-access-log"),
-    *("--lifespan", "off", "--backlog", "2048"),
-)
-
-#: The servers people deploy with, by name.
-SERVERS: dict[str, Server] = {
-    server.name: server
-    for server in (
-        Server(
-            "gunicorn-sync",
-            "gunicorn -w 8 --preload",
-            "wsgi",
-            (*_GUNICORN, "-w", "8", "--preload", "{app}"),
-            ("gunicorn",),
-            waits_free=False,
-        ),
-        Server(
-            "gunicorn-gthread",
-            "gunicorn -k gthread -w 2 --threads 40",
-            "wsgi",
-            (*_GUNICORN, "-k", "gthread", "-w", "2", "--threads", "40", "{app}"),
-            ("gunicorn",),
-            waits_free=False,
-        ),
-        Server(
-            "gunicorn-gevent",
-            "gunicorn -k gevent -w 2",
-            "wsgi",
-            (*_GUNICORN, "-k", "gevent", "-w", "2", "--worker-connections", "1000", "{app}"),
-            ("gunicorn", "gevent"),
-        ),
-        Server("uvicorn", "uvicorn", "asgi", (*_UVICORN, "--workers", "1"), ("uvicorn",)),
-        Server("uvicorn-2", "uvicorn --workers 2", "asgi", (*_UVICORN, "--workers", "2"), ("uvicorn",)),
-        Server(
-            "gunicorn-uvicorn",
-            "gunicorn -k uvicorn_worker.UvicornWorker -w 2",
-            "asgi",
-            (*_GUNICORN, "-k", "uvicorn_worker.UvicornWorker", "-w", "2", "{app}"),
-            ("gunicorn", "uvicorn_worker"),
-        ),
-        Server(
-            "hypercorn",
-            "hypercorn -w 2",
-            "asgi",
-            ("-m", "hypercorn", "-w", "2", "-b", _BIND, "--backlog", "2048", "{app}"),
-            ("hypercorn",),
-        ),
-        Server(
-            "daphne",
-            "daphne",
-            "asgi",
-            ("-m", "daphne", "-b", "127.0.0.1", "-p", "{port}", "{app}"),
-            ("daphne",),
-        ),
-    )
-}
 
 #: The app modules, and the attribute each interface serves.
 _TARGETS = {
@@ -149,20 +60,17 @@ _TARGETS = {
 }
 
 
-class ServerError(RuntimeError):
-    """An app server did not start, or died; the message carries the end of its log."""
-
-
 @dataclass
 class Served:
-    """A running app server: its port, its log, its pages' render timelines and its processes."""
+    """A running app server, its app's configuration and its pages' render timelines."""
 
-    server: Server
+    app_server: AppServer
     framework: Literal["django", "flask"]
     config: AppConfig
-    port: int
-    log: Path
-    process: subprocess.Popen[bytes]
+
+    @property
+    def port(self) -> int:
+        return self.app_server.port
 
     def timeline(self, path: str) -> Timeline:
         """The renders of the page at ``path``."""
@@ -175,88 +83,30 @@ class Served:
     def open_gate(self) -> None:
         Path(self.config.timeline, GATE).unlink(missing_ok=True)
 
-    def check(self) -> None:
-        if self.process.poll() is not None:
-            raise ServerError(
-                f"{self.server.label} exited with code {self.process.returncode}:\n{tail(self.log)}"
-            )
-
     def processes(self) -> list[psutil.Process]:
         """The server's processes: its master, if it has one, and its workers."""
-        try:
-            root = psutil.Process(self.process.pid)
-            return [root, *root.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            return []
-
-    def get(self, path: str, timeout: float = 30.0) -> tuple[int, bytes]:
-        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            connection.request("GET", path)
-            response = connection.getresponse()
-            return response.status, response.read()
-        finally:
-            connection.close()
-
-    def errors(self) -> collections.Counter[str]:
-        """The exceptions the server's log shows, counted."""
-        return errors_in_log(self.log)
+        found = []
+        for pid in self.app_server.pids():
+            with contextlib.suppress(psutil.NoSuchProcess):
+                found.append(psutil.Process(pid))
+        return found
 
 
 @contextlib.contextmanager
 def serve(server: Server, framework: Literal["django", "flask"], config: AppConfig) -> Iterator[Served]:
     """Run the sustained-load app of ``framework`` under ``server``, ready to serve; stopped on the
-    way out, whatever happens (its whole session, so no worker outlives it)."""
-    target = _TARGETS[framework, server.interface]
-    environment = {**os.environ, **config.to_env()}
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(SOURCE_ROOT), environment.get("PYTHONPATH")])
-    )
-    port = free_port()
-    log = Path(config.timeline) / "server.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            server.argv(target, port),
-            env=environment,
-            cwd=SOURCE_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    served = Served(server, framework, config, port, log, process)
-    try:
-        _wait_ready(served)
-        yield served
-    finally:
-        _stop(process)
-
-
-def _wait_ready(served: Served) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while True:
-        served.check()
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            if served.get("/ready", timeout=2.0)[0] == 200:
-                return
-        if time.monotonic() > deadline:
-            raise ServerError(
-                f"{served.server.label} did not answer in {READY_TIMEOUT:.0f} s:\n{tail(served.log)}"
-            )
-        time.sleep(0.1)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the server's session (a graceful stop), then SIGKILL if it lingers."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(5.0)
-    except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # workers that outlived their master too
-    process.wait()
+    way out, whatever happens (its whole process group, so no worker outlives it)."""
+    with AppServer(
+        _TARGETS[framework, server.interface],
+        server,
+        env=config.to_env(),
+        pythonpath=[SOURCE_ROOT],
+        cwd=SOURCE_ROOT,
+        log=Path(config.timeline) / "server.log",
+        ready_path="/ready",
+        name=f"{framework} ({server.described})",
+    ) as running:
+        yield Served(running, framework, config)
 
 
 class ConnectionSampler:
@@ -419,7 +269,7 @@ def meanwhile(served: Served, path: str, n: int, *, patience: float = 30.0) -> M
         while timeline.begun() == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         try:
-            ping: tuple[int, bytes] | str = served.get("/ping", timeout=patience)
+            ping: tuple[int, bytes] | str = served.app_server.get("/ping", timeout=patience)
         except (OSError, http.client.HTTPException) as exc:
             ping = f"{type(exc).__name__}: {exc}"
     finally:
@@ -501,10 +351,10 @@ def load(served: Served, path: str, *, clients: int, seconds: float) -> Outcome:
     with ConnectionSampler(served, redis_port) as sampler:
         outcome = drive(served.port, path, clients=clients, seconds=seconds)
         time.sleep(config.render_seconds)  # a render the last requests started ends and is logged
-    served.check()
+    served.app_server.check()
     timeline = served.timeline(path)
     return Outcome(
-        server=served.server.name,
+        server=served.app_server.server.name,
         framework=served.framework,
         path=path,
         backend=config.backend,
@@ -515,7 +365,7 @@ def load(served: Served, path: str, *, clients: int, seconds: float) -> Outcome:
         load=outcome,
         renders=timeline.renders(),
         begun=timeline.begun(),
-        server_errors=served.errors(),
+        server_errors=served.app_server.errors(),
         peak_connections=sampler.peak,
         processes=sampler.processes,
     )

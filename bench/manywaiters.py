@@ -25,11 +25,13 @@ from pathlib import Path
 import redis
 
 from stampede.testing import ConnectionPeak, RedisServer
+from stampede.testing._app_servers import SERVERS, AppServer
 
-from ._appserver import app_server, errors_in_log
+from ._apps import SOURCE_ROOT, many
 from ._crowd import Outcome, in_threads
 from ._http import connector, getter
 from ._manycore import RUNNERS
+from ._renders import ENV as RENDERS_ENV
 from ._renders import RENDER_SECONDS, RenderLog
 from ._workload import key_prefix
 from .report import Section, Table, millis
@@ -49,9 +51,10 @@ FILE_LIMIT = 8192
 class EntryPoint:
     """One row: a way in which an application asks for the cold key.
 
-    ``app`` is the app ``python -m bench._apps.serve`` serves under ``server``
-    and ``path`` the page asked for; without ``app``, the callers are threads
-    or tasks of this process (:data:`bench._manycore.RUNNERS`).
+    ``app`` is the app of :mod:`bench._apps.many` served under ``server`` (a
+    name in :data:`stampede.testing._app_servers.SERVERS`) and ``path`` the
+    page asked for; without ``app``, the callers are threads or tasks of this
+    process (:data:`bench._manycore.RUNNERS`).
     """
 
     name: str
@@ -275,26 +278,30 @@ def _cell(point: EntryPoint, n: int, *, namespace: str, redis_url: str | None, l
                 with ConnectionPeak(url) as peak:
                     outcomes = RUNNERS[point.name](url, namespace, n, renders, TIMEOUT)
                 return Cell(n, renders.count(), outcomes, peak.peak)
-            server = stack.enter_context(
-                app_server(
-                    point.app,
-                    server=point.server,
-                    threads=n,
-                    redis_url=url,
-                    namespace=namespace,
-                    renders=renders.path,
-                )
-            )
+            server = stack.enter_context(_app_server(point, n, url, namespace, renders))
             with ConnectionPeak(url) as peak:
                 outcomes = in_threads(
                     n, connector(server.port, TIMEOUT), getter(point.path, TIMEOUT), timeout=TIMEOUT
                 )
             rebuilds = renders.count()
-            return Cell(n, rebuilds, outcomes, peak.peak, server_errors=errors_in_log(server.log))
+            return Cell(n, rebuilds, outcomes, peak.peak, server_errors=server.errors())
     except Exception as exc:
         log(f"many {point.name}, N={n}: could not run: {type(exc).__name__}: {exc}")
         first_line = next(iter(str(exc).splitlines()), "").rstrip(":")
         return Cell(n, failure=f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__)
+
+
+def _app_server(point: EntryPoint, n: int, url: str, namespace: str, renders: RenderLog) -> AppServer:
+    """The app server of ``point``'s cell: waitress with a thread per caller, or uvicorn."""
+    server = SERVERS[point.server]
+    return AppServer(
+        f"bench._apps.many:{server.interface}",
+        server if server.threads is None else server.with_threads(n),
+        env={**many.environment(point.app, url, namespace), RENDERS_ENV: renders.path},
+        pythonpath=[SOURCE_ROOT],
+        ready_path="/ready",
+        name=f"{point.app} ({server.described})",
+    )
 
 
 def _redis_version(redis_url: str | None) -> str:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from stampede.testing import RedisServer
+from stampede.testing._app_servers import SERVERS, AppServerError
 
 from . import _sustained
 from ._apps.sustained_config import Backend
@@ -76,7 +77,7 @@ def _one(row: Row, backend: Backend, *, clients: int, seconds: float, log: Log) 
     with RedisServer() as redis:
         try:
             return _sustained.run(
-                _sustained.SERVERS[row.server],
+                SERVERS[row.server],
                 row.framework,
                 row.path,
                 backend=backend,
@@ -87,7 +88,7 @@ def _one(row: Row, backend: Backend, *, clients: int, seconds: float, log: Log) 
                 ttl=TTL,
                 render_seconds=RENDER_SECONDS,
             )
-        except _sustained.ServerError as exc:
+        except AppServerError as exc:
             log(f"sustained {row.name} ({backend}): {exc}")
             return f"failed: {str(exc).splitlines()[0]}"
 
@@ -99,15 +100,15 @@ def run(
     rows = [row for row in ROWS if names is None or row.name in names]
     skipped = sorted(
         {
-            f"Skipped {_sustained.SERVERS[row.server].label}: {', '.join(missing)} not installed "
+            f"Skipped {SERVERS[row.server].described}: {', '.join(missing)} not installed "
             "(the `test` extra installs them)."
             for row in rows
-            if (missing := _sustained.SERVERS[row.server].missing())
+            if (missing := SERVERS[row.server].missing())
         }
     )
     cells: list[list[str]] = []
     for row in rows:
-        if _sustained.SERVERS[row.server].missing():
+        if SERVERS[row.server].missing():
             continue
         outcomes: dict[Backend, _sustained.Outcome | str] = {}
         for backend in ("stock", "stampede"):
@@ -167,7 +168,7 @@ def _cells(row: Row, stock: _sustained.Outcome | str, ours: _sustained.Outcome |
     def connections(outcome: _sustained.Outcome | str) -> str:
         return "?" if isinstance(outcome, str) else str(outcome.peak_connections)
 
-    label = f"{row.framework.capitalize()}, {_sustained.SERVERS[row.server].label}"
+    label = f"{row.framework.capitalize()}, {SERVERS[row.server].described}"
     return [
         label,
         row.view,

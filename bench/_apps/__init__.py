@@ -1,7 +1,18 @@
-"""The tiny web apps of the many-waiters scenario (:mod:`bench.manywaiters`), and the process that
-serves one of them (``python -m bench._apps.serve``).
+"""The web apps the benchmark serves, each in a server process of its own
+(:class:`stampede.testing._app_servers.AppServer`): the many-waiters scenario's
+(:mod:`bench._apps.many`) and the sustained-load scenario's (``sustained_django``,
+``sustained_flask``).
 
 Every app has ``/ready`` (never cached: the benchmark polls it until the
-server answers) and a cached page whose render is :meth:`bench._renders.RenderLog.render`,
-written the way each framework's documentation writes cached views.
+server answers) and cached pages written the way each framework's
+documentation writes cached views.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+
+__all__ = ["SOURCE_ROOT"]
+
+#: The directory holding the ``bench`` package: the server processes import the apps from there.
+SOURCE_ROOT = Path(__file__).resolve().parents[2]

@@ -35,11 +35,12 @@ import redis
 
 import stampede
 from example_project.expensive import runs_key
+from stampede.testing._app_servers import AppServerError
 
 from .load import Stampede, Target
 from .report import Run, Summary, render_tables, summarise
 from .sampler import sampled
-from .servers import STOP_SIGNALS, ServerError, app_servers, deferred_signals
+from .servers import STOP_SIGNALS, app_servers, deferred_signals
 
 if TYPE_CHECKING:
     from stampede.testing import RedisServer
@@ -208,7 +209,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 processes.redis = server.pid
                 log(f"started a redis-server for the demo at {url} (pid {server.pid})")
             runs = _run_all(url, apps, args, processes)
-    except ServerError as exc:
+    except AppServerError as exc:
         log(f"failed: {exc}")
         return 1
     except redis.RedisError as exc:
@@ -335,10 +336,11 @@ def _run(
     threads = -(-args.clients // args.processes) + 4
     # Connected before the servers start, so that its baseline of connections is not theirs.
     with sampled(url, runs_key(prefix)) as sampler, app_servers(app, args.processes, threads, env) as servers:
-        pids = servers.pids
+        ports = [server.port for server in servers]
+        pids = [server.pid for server in servers if server.pid is not None]
         processes.servers.extend(pids)
-        _note(f"{app} on {cache}: serving on ports {servers.ports} (pids {pids})")
-        targets = [Target(port, path, page) for page, path, _ in PAGES[app] for port in servers.ports]
+        _note(f"{app} on {cache}: serving on ports {ports} (pids {pids})")
+        targets = [Target(port, path, page) for page, path, _ in PAGES[app] for port in ports]
         # Every request is bounded, and outlasts the longest wait for a rebuild.
         load = Stampede(targets, args.clients, args.think, timeout=max(30.0, 3 * args.rebuild_time + 10))
         try:
@@ -349,7 +351,8 @@ def _run(
             shown = 0
             while (elapsed := time.time() - load.started) < args.duration:
                 time.sleep(min(0.25, args.duration - elapsed))
-                servers.check()  # a dead server would make the comparison meaningless
+                for server in servers:
+                    server.check()  # a dead server would make the comparison meaningless
                 step = min(int(time.time() - load.started), round(args.duration)) - shown
                 if step > 0:
                     bar.update(step)

@@ -1,40 +1,30 @@
-"""Processes the demo starts and always stops: the example apps, each served
-by waitress in its own process, and (when no Redis URL is given) a redis-server."""
+"""Processes the demo starts and always stops: the example apps, each served by
+waitress in processes of its own (:class:`stampede.testing._app_servers.AppServer`),
+and the signals held back while they are stopped."""
 
 from __future__ import annotations
 
 import contextlib
-import http.client
-import os
 import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-__all__ = ["AppServers", "ServerError", "app_servers", "deferred_signals", "free_port"]
+from stampede.testing._app_servers import AppServer
+
+__all__ = ["APPS", "STOP_SIGNALS", "app_servers", "deferred_signals"]
 
 #: The directory holding ``example_project``: the servers import it from there.
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
+#: Each app's WSGI callable, by import path.
+APPS = {
+    "django": "example_project.django_site.wsgi:application",
+    "flask": "example_project.flask_app.wsgi:app",
+}
 #: The signals that end the demo (Ctrl-C, ``kill``, a closed terminal): it handles
 #: them itself from the start, even when it inherited them ignored.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class ServerError(RuntimeError):
-    """An app server did not start or died; the message carries the end of its output."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager
@@ -56,116 +46,37 @@ def deferred_signals() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
-@dataclass(frozen=True)
-class AppServers:
-    """The running server processes of one app."""
-
-    app: str
-    ports: list[int]
-    processes: list[subprocess.Popen[bytes]]
-    logs: list[Path]
-
-    @property
-    def pids(self) -> list[int]:
-        return [process.pid for process in self.processes]
-
-    def check(self) -> None:
-        """Raise :class:`ServerError` if a server has exited."""
-        for process, log in zip(self.processes, self.logs, strict=True):
-            if process.poll() is not None:
-                raise ServerError(
-                    f"the {self.app} server (pid {process.pid}) exited with code {process.returncode}:\n"
-                    f"{_tail(log)}"
-                )
-
-
 @contextlib.contextmanager
 def app_servers(
     app: str, count: int, threads: int, env: Mapping[str, str], ready_timeout: float = 60.0
-) -> Iterator[AppServers]:
+) -> Iterator[list[AppServer]]:
     """Run ``count`` server processes of ``app`` (``django`` or ``flask``), ready to serve.
 
     Each process has ``threads`` worker threads and the environment ``env`` on
-    top of this one. They are stopped on the way out, whatever happens (SIGTERM,
-    then SIGKILL), and exit by themselves if this process dies (they watch their
-    stdin). They die of SIGINT, SIGTERM and SIGHUP whatever this process ignores
-    (``serve --exit-on-eof`` resets them).
+    top of this one. They are stopped on the way out, whatever happens, and
+    die with this process if it dies (:class:`AppServer`'s guard); they die of
+    SIGINT, SIGTERM and SIGHUP whatever this process ignores.
     """
-    environment = {**os.environ, **env}
-    environment["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(SOURCE_ROOT), environment.get("PYTHONPATH")])
-    )
-    servers = AppServers(app, [], [], [])
-    with tempfile.TemporaryDirectory(prefix="stampede-demo-") as logs:
-        try:
-            for index in range(count):
-                port = free_port()
-                log = Path(logs) / f"{app}-{index}.log"
-                # Deferred: a signal between the start of a process and its noting would leak it.
-                with log.open("wb") as out, deferred_signals():
-                    process = subprocess.Popen(
-                        [
-                            sys.executable,
-                            *("-m", "example_project.serve", app, "--exit-on-eof"),
-                            *("--port", str(port), "--threads", str(threads)),
-                        ],
-                        env=environment,
-                        stdin=subprocess.PIPE,
-                        stdout=out,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,  # Ctrl-C in the terminal is ours to handle
-                    )
-                    servers.processes.append(process)
-                    servers.logs.append(log)
-                    servers.ports.append(port)
-            deadline = time.monotonic() + ready_timeout
-            for port in servers.ports:
-                _wait_ready(servers, port, deadline)
-            yield servers
-        finally:
-            with deferred_signals():
-                for process in servers.processes:
-                    _stop(process)
-
-
-def _wait_ready(servers: AppServers, port: int, deadline: float) -> None:
-    """Poll the home page until it answers 200; a clear error if a process dies or it never does."""
-    while True:
-        servers.check()
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=2.0)
-            try:
-                connection.request("GET", "/", headers={"Host": "localhost"})
-                if connection.getresponse().status == 200:
-                    return
-            finally:
-                connection.close()
-        if time.monotonic() > deadline:
-            log = servers.logs[servers.ports.index(port)]
-            raise ServerError(
-                f"the {servers.app} server on port {port} did not answer in time:\n{_tail(log)}"
-            )
-        time.sleep(0.1)
-
-
-def _tail(log: Path, lines: int = 30) -> str:
+    servers = [
+        AppServer(
+            APPS[app],
+            "waitress",
+            threads=threads,
+            env=env,
+            pythonpath=[SOURCE_ROOT],
+            name=app,
+            ready_timeout=ready_timeout,
+        )
+        for _ in range(count)
+    ]
     try:
-        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no output)"
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after a grace period: never leave a server behind."""
-    if process.stdin is not None:
-        with contextlib.suppress(OSError):
-            process.stdin.close()
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(10.0)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        for server in servers:  # all started, then all waited for: they import the app side by side
+            server.start()
+        deadline = time.monotonic() + ready_timeout
+        for server in servers:
+            server.wait_ready(deadline)
+        yield servers
+    finally:
+        with deferred_signals():
+            for server in servers:
+                server.close()

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from stampede.testing import ConnectionPeak, RedisServer
-from tests.wsgi_server import WsgiServer
+from tests.crowd import CrowdServer
+from tests.django_stampede.project import served
 
 pytestmark = pytest.mark.slow
 
@@ -29,13 +30,17 @@ MOST_CONNECTIONS = 10
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any], int], WsgiServer]]:
+def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any], int], CrowdServer]]:
     """Starts the test project under waitress with ``CACHES`` and a number of
     threads; stopped after the test, whatever happens."""
     with ExitStack() as running:
 
-        def start(caches: dict[str, Any], threads: int) -> WsgiServer:
-            return running.enter_context(WsgiServer("django", caches, threads=threads, workdir=tmp_path))
+        def start(caches: dict[str, Any], threads: int) -> CrowdServer:
+            env = served.environment(caches, urls="tests.django_stampede.project.crowd_views")
+            server = CrowdServer(
+                "tests.django_stampede.project.served:wsgi", env, threads=threads, workdir=tmp_path
+            )
+            return running.enter_context(server)
 
         yield start
 
@@ -49,7 +54,11 @@ def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any], int], WsgiServer
     ],
 )
 def test_a_crowd_at_a_cold_page_gets_one_render(
-    serve: Callable[[dict[str, Any], int], WsgiServer], server: RedisServer, namespace: str, path: str, n: int
+    serve: Callable[[dict[str, Any], int], CrowdServer],
+    server: RedisServer,
+    namespace: str,
+    path: str,
+    n: int,
 ) -> None:
     # The test's own redis-server: its connections are this server process's alone.
     caches = {

@@ -18,6 +18,7 @@ import os
 import pytest
 
 from bench import _sustained
+from stampede.testing._app_servers import SERVERS, Server
 from tests.sustained import RENDER_SECONDS, TTL, check_load, check_meanwhile
 
 _namespaces = itertools.count()
@@ -29,11 +30,11 @@ WSGI = ["gunicorn-sync", "gunicorn-gthread", "gunicorn-gevent"]
 ASGI_PAGES = ["/apage", "/page", "/aaside"]
 
 
-def _server(name: str) -> _sustained.Server:
-    server = _sustained.SERVERS[name]
+def _server(name: str) -> Server:
+    server = SERVERS[name]
     missing = server.missing()
     if missing:
-        pytest.fail(f"{server.label} needs {', '.join(missing)}: install the test extra")
+        pytest.fail(f"{server.described} needs {', '.join(missing)}: install the test extra")
     return server
 
 

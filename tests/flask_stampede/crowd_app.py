@@ -1,13 +1,36 @@
 """The Flask side of the crowd tests (``tests/flask_stampede/test_crowd_wsgi.py``):
-an app ``tests.wsgi_server`` serves, with one slow cached page at ``/page``."""
+``app``, with one slow cached page at ``/page``, configured by the environment
+(:func:`environment`) and built when a server first asks for it."""
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 from typing import Any
 
 from flask import Flask
 
-from tests.wsgi_server import render
+from tests.crowd import render
+
+#: The environment variable that carries the app's config, as JSON.
+ENV = "STAMPEDE_TEST_CROWD_APP"
+
+
+def environment(config: dict[str, Any]) -> dict[str, str]:
+    """What a server process needs in its environment to serve ``make_app(config)`` as ``app``."""
+    return {ENV: json.dumps(config)}
+
+
+@functools.cache
+def _app() -> Flask:
+    return make_app(json.loads(os.environ[ENV]))
+
+
+def __getattr__(name: str) -> Flask:
+    if name == "app":
+        return _app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_app(config: dict[str, Any]) -> Flask:

@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from stampede.testing import ConnectionPeak, RedisServer
-from tests.wsgi_server import WsgiServer
+from tests.crowd import CrowdServer
+from tests.flask_stampede import crowd_app
 
 pytestmark = pytest.mark.slow
 
@@ -30,13 +31,15 @@ MOST_CONNECTIONS = 10
 
 
 @pytest.fixture
-def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any], int], WsgiServer]]:
+def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any], int], CrowdServer]]:
     """Starts a crowd app (``tests/flask_stampede/crowd_app.py``) under waitress
     with a config and a number of threads; stopped after the test, whatever happens."""
     with ExitStack() as running:
 
-        def start(config: dict[str, Any], threads: int) -> WsgiServer:
-            return running.enter_context(WsgiServer("flask", config, threads=threads, workdir=tmp_path))
+        def start(config: dict[str, Any], threads: int) -> CrowdServer:
+            env = crowd_app.environment(config)
+            server = CrowdServer("tests.flask_stampede.crowd_app:app", env, threads=threads, workdir=tmp_path)
+            return running.enter_context(server)
 
         yield start
 
@@ -65,7 +68,7 @@ def flask_caching_config(url: str, namespace: str) -> dict[str, Any]:
     ],
 )
 def test_a_crowd_at_a_cold_page_gets_one_render(
-    serve: Callable[[dict[str, Any], int], WsgiServer],
+    serve: Callable[[dict[str, Any], int], CrowdServer],
     server: RedisServer,
     namespace: str,
     configure: Callable[[str, str], dict[str, Any]],

@@ -18,6 +18,7 @@ import os
 import pytest
 
 from bench import _sustained
+from stampede.testing._app_servers import SERVERS
 from tests.sustained import RENDER_SECONDS, TTL, check_load, check_meanwhile
 
 _namespaces = itertools.count()
@@ -36,10 +37,10 @@ PAGES = {
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PAGES))
 def test_each_page_is_rendered_once_per_window_with_no_error(name: str, redis_url: str) -> None:
-    server = _sustained.SERVERS[name]
+    server = SERVERS[name]
     missing = server.missing()
     if missing:
-        pytest.fail(f"{server.label} needs {', '.join(missing)}: install the test extra")
+        pytest.fail(f"{server.described} needs {', '.join(missing)}: install the test extra")
     with _sustained.app(
         server,
         "flask",

@@ -1,6 +1,6 @@
 """The Django side of the crowd tests (``tests/django_stampede/test_crowd_wsgi.py``):
-the ``ROOT_URLCONF`` of the project ``tests.wsgi_server`` serves, each view
-caching one slow page the documented way."""
+the ``ROOT_URLCONF`` of the test project as they serve it, each view caching
+one slow page the documented way."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import path
 from django.views.decorators.cache import cache_page
 
-from tests.wsgi_server import render
+from tests.crowd import render
 
 View = Callable[..., Any]
 #: Django's own ``cache_page``, typed (Django ships no type information).
