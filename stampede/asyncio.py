@@ -16,7 +16,7 @@ from typing import Any
 
 from ._async.stampede import Stampede as Stampede
 from ._async.stampede import redis_client as redis_client
-from ._async.subscriber import close_sockets
+from ._primitives import close_sockets
 
 __all__ = ["Stampede", "for_running_loop", "redis_client"]
 

@@ -27,6 +27,7 @@ TWINS = {
     "stampede/_async/runner.py": "stampede/_sync/runner.py",
     "stampede/_async/server.py": "stampede/_sync/server.py",
     "stampede/_async/stampede.py": "stampede/_sync/stampede.py",
+    "stampede/_async/subscriber.py": "stampede/_sync/subscriber.py",
 }
 
 #: (pattern, replacement), applied in this order to every source.

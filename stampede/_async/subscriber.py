@@ -1,211 +1,264 @@
-"""One pub/sub connection per event loop and Redis client, for every asyncio waiter.
+"""One pub/sub connection per Redis client, for every waiter of a process.
 
-The asyncio twin of :mod:`stampede._sync.subscriber`: a listener task owns the
-connection and keeps one read pending on it at all times (never cancelled,
-so no reply is ever cut in half); SUBSCRIBE and UNSUBSCRIBE are sent beside
-that read, which redis-py's asyncio ``PubSub`` allows. Waiters sleep on their
-watch's event. The task ends when nobody has waited for a while.
+Written once, for asyncio (``stampede/_async/subscriber.py``: one subscriber
+per client, so per event loop); the blocking twin (``stampede/_sync/``) is
+generated from it by ``python tools/unasync.py``. What differs between the
+two (a listener task or thread, how it waits for its sockets, who may read
+them) is in :mod:`stampede._primitives`.
+
+Waiting for someone else's rebuild must not cost a connection per waiter:
+redis-py's pool holds at most 100 and raises when empty, and a stampede is
+hundreds of callers. A listener owns the one pub/sub connection (one per
+node with sharded pub/sub on a cluster); waiters register a
+:class:`AsyncWatch` and sleep on its event, which the listener sets when a
+message for its channel arrives, when the subscription is confirmed, and
+when the connection is lost or restored. A lost connection therefore never
+loses a wake-up: every waiter looks at Redis again and the listener
+subscribes anew. The listener stops when nobody has waited for a while, and
+starts again on the next wait.
 
 Near caches (:mod:`stampede._core.near`) are kept coherent through the same
-connection, as in :mod:`stampede._sync.subscriber`. A near hit does not wait for
-the listener task: it asks :meth:`AsyncSubscriber.quiet` whether anything
-waits unread on the connection (in the socket, in the stream's buffer, or
-parsed in part) and goes to Redis if so, which also lets the listener run.
+connection (``CLIENT TRACKING``). A near hit does not wait for the listener:
+it asks :meth:`AsyncSubscriber.quiet` whether anything waits unread on the
+connection, and goes to Redis if so.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import select
 import time
 import weakref
 from typing import Any
 
-import redis.asyncio.cluster
 import redis.exceptions
 
 from .._core.channels import Channels, Shards, WatchBase
 from .._core.events import logger
-from .._core.near import HEARTBEAT_SECONDS, NearStore, Tracked
+from .._core.near import HEARTBEAT_SECONDS, Heartbeat, NearStore, Tracked
+from .._primitives import (
+    AsyncEvent,
+    AsyncListener,
+    AsyncSectionLock,
+    AsyncTrackingConnection,
+    Message,
+    async_close_node_pubsub,
+    async_close_pubsub,
+    async_forks_with,
+    async_sleep,
+)
+from .._redis.clients import is_cluster
 from .._redis.nodes import node_client
-from .._sync.subscriber import INVALIDATIONS
 from .server import async_ask_sharded
 
-__all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for", "close_sockets"]
+__all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for"]
 
+#: Seconds without waiters after which the listener closes its connection.
 IDLE_SECONDS = 10.0
 _MAX_BACKOFF = 1.0
-#: Turns of the event loop a near read gives the listener to read what is
-#: pending: the socket is read on one, the listener runs on the next.
-_SETTLE_TURNS = 4
-#: Seconds a connection is given to close cleanly before its socket is closed.
-_CLOSE_SECONDS = 1.0
+#: Where Redis publishes invalidations redirected to a RESP2 connection.
+INVALIDATIONS = b"__redis__:invalidate"
 
 
-class AsyncWatch(WatchBase[asyncio.Event]):
-    """A task's watch on one channel."""
+class AsyncWatch(WatchBase[AsyncEvent]):
+    """A waiter's watch on one channel."""
 
     __slots__ = ()
 
     def __init__(self, channel: bytes) -> None:
-        super().__init__(channel, asyncio.Event())
+        super().__init__(channel, AsyncEvent())
 
     async def wait(self, timeout: float) -> bool:
-        if self.event.is_set():
-            return True
-        try:
-            await asyncio.wait_for(self.event.wait(), timeout)
-        except asyncio.TimeoutError:
-            return False
-        return True
+        return await self.event.wait(timeout)
 
 
 class AsyncSubscriber:
-    """The pub/sub listener of one ``redis.asyncio`` client, on its event loop."""
+    """The pub/sub listener of one redis-py client."""
 
     def __init__(self, client: Any) -> None:
         self._client_ref = weakref.ref(client)
+        # Guards the bookkeeping below between the listener and its callers.
+        self._lock = AsyncSectionLock()
         self._channels: Channels[AsyncWatch] = Channels()
-        self._task: asyncio.Task[None] | None = None
-        self._poked = asyncio.Event()
-        self._stopping = False
-        self._link: _Classic | _Sharded | None = None  # while serving
+        self._listener = AsyncListener(self._act)
+        self._link: _ClassicConnection | _ShardConnections | None = None  # while serving
         # Near caches kept coherent through this connection (CLIENT TRACKING).
         self._tracked = Tracked()
         self._retrack = False  # a store was added: the link starts over with its prefix
+        self._stopping = False  # asked by aclose(): the listener ends (and starts anew for newcomers)
+        self._closed = False  # its client is gone: never started again
 
-    def _start(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run(), name="stampede-subscriber")
-        else:
-            self._poked.set()
+    # --- what waiters and near caches call ---------------------------------------
 
     def watch(self, channel: bytes) -> AsyncWatch:
         """Start watching ``channel``; stop with :meth:`unwatch`."""
         watch = AsyncWatch(channel)
-        self._channels.add(watch)
-        self._start()
+        with self._lock:
+            self._channels.add(watch)
+            started = self._start_locked()
+        if not started:
+            self._listener.poke()
         return watch
+
+    def unwatch(self, watch: AsyncWatch) -> None:
+        with self._lock:
+            self._channels.remove(watch)
+        self._listener.poke()
 
     def track(self, store: NearStore) -> None:
         """Keep ``store`` coherent: invalidations of its prefix drop its copies.
-        It is live (served from) once tracking is on and confirmed; the
-        listener starts now, or (made off the event loop) on the first read."""
-        self._tracked.stores.append(store)
-        self._retrack = True
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            # Made outside the event loop: started by the first read, or
-            # told now if it runs (from another thread, then).
-            task = self._task
-            if task is not None and not task.done():
-                task.get_loop().call_soon_threadsafe(self._poked.set)
-            return
-        self._start()
+        It is live (served from) once tracking is on and confirmed. Made off
+        the event loop (asyncio), the listener starts on the first read."""
+        with self._lock:
+            self._tracked.stores.append(store)
+            self._retrack = True
+            started = self._start_locked()
+        if not started:
+            self._listener.poke()
 
     def untrack(self, store: NearStore) -> None:
-        if store in self._tracked.stores:
-            self._tracked.stores.remove(store)
+        with self._lock:
+            if store in self._tracked.stores:
+                self._tracked.stores.remove(store)
         store.flush(live=False)
 
     def quiet(self) -> bool:
         """Whether no invalidation waits unread on the connection, so a near
         copy may be served: what every near hit asks first. ``False``: go to
-        Redis (which lets the listener task read what is pending)."""
-        link = self._tracked.link
-        if link is None or not self._tracked.heartbeat.quiet(time.monotonic()):
+        Redis (which lets an asyncio listener read what is pending; a
+        blocking caller reads it here, see the listener's ``drained``)."""
+        tracking = self._tracked.link
+        if tracking is None or not self._tracked.heartbeat.quiet(time.monotonic()):
             return False
-        return not link.pending()
+        if not tracking.pending():
+            return True
+        return self._listener.drained(tracking, self._tracked)
+
+    async def settled(self) -> bool:
+        """:meth:`quiet`, once the listener has had the chance to read what is
+        pending (a fill under way would be dropped by an invalidation it reads
+        later)."""
+        return await self._listener.settled(self.quiet)
 
     def revive(self) -> None:
         """Start the listener if near caches are tracked and it is not running
-        (the instance was made outside the event loop). Asked by reads while
-        a near cache is not live."""
-        if self._tracked.stores and (self._task is None or self._task.done()):
-            self._start()
-
-    async def settled(self) -> bool:
-        """:meth:`quiet`, after letting the listener read what is pending for a
-        few turns of the event loop (cheaper than a round trip to Redis, and a
-        fill under way would be dropped by an invalidation it reads later)."""
-        for _ in range(_SETTLE_TURNS):
-            if self.quiet():
-                return True
-            await asyncio.sleep(0)
-        return self.quiet()
-
-    def _set_live(self, link: _Classic | _Sharded) -> None:
-        if isinstance(link, _Classic):
-            self._tracked.live(link, time.monotonic())
-
-    def _set_dead(self) -> None:
-        self._tracked.dead()
-
-    def unwatch(self, watch: AsyncWatch) -> None:
-        self._channels.remove(watch)
-        self._poked.set()
+        (an asyncio instance made off its event loop; a blocking one after a
+        fork). Asked by reads while a near cache is not live."""
+        if self._tracked.stores and self._listener.running is None and not self._closed:
+            with self._lock:
+                self._start_locked()
 
     async def aclose(self) -> None:
-        """Stop the listener if nobody is waiting (it starts again when someone does)."""
-        task = self._task
-        if task is None or task.done() or len(self._channels) or self._tracked.stores:
-            return
-        # A flag rather than a cancellation, which redis-py's commands may
-        # swallow when it lands inside them.
-        self._stopping = True
-        self._poked.set()
-        try:
-            # Its connections close within _CLOSE_SECONDS each.
-            await asyncio.wait({task}, timeout=4 * _CLOSE_SECONDS)
-            if not task.done():
-                connections = self.connections()
-                task.cancel()
-                await asyncio.wait({task}, timeout=_CLOSE_SECONDS)
-                if not task.done():
-                    close_sockets(connections)  # not left open when the loop closes
-        finally:
-            self._stopping = False
+        """Stop the listener if nobody waits or tracks (it starts again when
+        someone does)."""
+        with self._lock:
+            running = self._listener.running
+            if running is None or self._wanted():
+                return
+            # A flag the listener reads between its steps, rather than an
+            # asyncio cancellation, which redis-py's commands may swallow.
+            self._stopping = True
+        self._listener.poke()
+        await self._listener.join(running, self.connections)
+
+    def connections(self) -> list[Any]:
+        """The pub/sub connections open now (for closing the sockets of a
+        subscriber whose event loop closed under it)."""
+        link = self._link
+        pubsubs = link.pubsubs() if link is not None else []
+        return [pubsub.connection for pubsub in pubsubs if pubsub.connection is not None]
+
+    def _forked(self) -> None:
+        """In a child process just forked: the listener did not come along,
+        and the connections and wake-up sockets are the parent's (left to it:
+        not read, written or shut down here). Starts anew on demand."""
+        self._lock = AsyncSectionLock()
+        self._listener = AsyncListener(self._act)
+        self._channels = Channels()
+        self._link = None
+        self._tracked.link = None
+        self._tracked.heartbeat = Heartbeat()
+        self._retrack = bool(self._tracked.stores)
+        self._stopping = False
+        for store in self._tracked.stores:
+            store.forked()
+
+    def _wanted(self) -> bool:
+        return bool(len(self._channels) or self._tracked.stores)
+
+    def _start_locked(self) -> bool:
+        """Start the listener unless it runs or its client is gone (the caller
+        holds the lock). Returns whether it started it."""
+        if self._closed or self._listener.running is not None:
+            return False
+        return self._listener.start(self._run)
+
+    # --- the listener ----------------------------------------------------------------
 
     async def _run(self) -> None:
+        """The listener's life. On its way out, if a waiter came in as it
+        stopped, a new listener starts for it."""
+        finished = False
+        try:
+            await self._serve_while_wanted()
+            finished = True
+        finally:
+            with self._lock:
+                self._listener.ended()
+                self._stopping = False
+                if finished and self._wanted():
+                    self._start_locked()
+
+    async def _serve_while_wanted(self) -> None:
+        """Serve a link, and a new one after each loss, until nobody waits or
+        tracks, or the client is gone."""
         backoff = 0.05
         while True:
             client = self._client_ref()
             if client is None:
+                # The client is gone, and with it any use for this subscriber:
+                # it must not be started again (a listener a turn).
+                with self._lock:
+                    self._closed = True
                 return
             try:
-                await self._serve(client)
-                if not (len(self._channels) or self._tracked.stores) or self._stopping:
-                    return
-                continue  # stopped as a waiter came in, or to track a new prefix
-            except asyncio.CancelledError:
-                raise
+                if not await self._serve(client):
+                    return  # idle, or asked to stop
+                continue  # to track a new prefix, or to ask for tracking again
             except Exception as exc:  # any failure: the connection is gone
                 logger.info("wake-up connection lost, reconnecting: %s", exc)
             finally:
-                self._set_dead()
                 del client
-            self._channels.lost()
-            if not (len(self._channels) or self._tracked.stores):
-                return
-            await asyncio.sleep(backoff)
+            with self._lock:
+                self._channels.lost()
+                if self._stopping or not self._wanted():
+                    return
+            await async_sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF)
 
-    async def _serve(self, client: Any) -> None:
-        loop = asyncio.get_running_loop()
-        link = self._link = await _link(client)
-        reads: dict[Any, asyncio.Future[Any]] = {}  # pub/sub connection -> its pending read
-        poked: asyncio.Future[Any] | None = None
-        abandoned = False
-        try:
+    async def _serve(self, client: Any) -> bool:
+        """Serve one link until idle or asked to stop (``False``), or until
+        tracking is to be asked for anew (``True``: start over)."""
+        link = await _open_link(client)
+        async with self._listener.listening(link):
+            self._link = link
+            try:
+                await self._subscribe_all(link)
+                return await self._listen(link)
+            finally:
+                self._tracked.dead()
+                self._link = None
+
+    async def _subscribe_all(self, link: _ClassicConnection | _ShardConnections) -> None:
+        """On a new link: tracking for the near caches, then every channel watched."""
+        with self._lock:
             channels = self._channels.resubscribed()
-            prefixes = sorted({store.prefix for store in self._tracked.stores})  # once each: see _subscriber
+            # Once each: Redis refuses a prefix given twice (two instances, one namespace).
+            prefixes = sorted({store.prefix for store in self._tracked.stores})
             self._retrack = False
-            now = time.monotonic()
-            if prefixes and isinstance(link, _Classic) and self._tracked.may_track(now):
+        now = time.monotonic()
+        async with self._listener.io:
+            if prefixes and isinstance(link, _ClassicConnection) and self._tracked.may_track(now):
                 try:
-                    redirected = await link.track(prefixes, self._tracked.invalidated)
+                    redirected = await link.track(prefixes, self._tracked.invalidated, self._listener.io)
                 except redis.exceptions.ResponseError as exc:
                     self._tracked.refused(exc, now)
                 else:
@@ -215,117 +268,98 @@ class AsyncSubscriber:
                     else:
                         self._set_live(link)  # RESP3: pushed on this connection from now on
             await link.subscribe(channels if link.anchored else channels[1:])
-            idle_since: float | None = None
-            while not (self._stopping or self._retrack or self._tracked.retry_due(time.monotonic())):
-                subscribe, unsubscribe = self._channels.take_pending()
-                for gone in await link.unsubscribe(unsubscribe):
-                    read = reads.pop(gone, None)
-                    if read is not None:
-                        read.cancel()
-                await link.subscribe(subscribe)
-                now = loop.time()
-                if len(self._channels) or self._tracked.stores:
-                    idle_since = None
-                elif idle_since is None:
-                    idle_since = now
-                elif now - idle_since >= IDLE_SECONDS and not self._channels.pending:
-                    return
-                for pubsub in link.pubsubs():
-                    if pubsub not in reads:
-                        reads[pubsub] = asyncio.ensure_future(self._receive(link, pubsub))
-                if poked is None:
-                    self._poked.clear()
-                    poked = asyncio.ensure_future(self._poked.wait())
-                tracking = isinstance(link, _Classic) and link.tracking
-                done, _ = await asyncio.wait(
-                    {*reads.values(), poked},
-                    timeout=HEARTBEAT_SECONDS if tracking else 1.0,
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if poked in done:
-                    poked = None
-                for pubsub, read in list(reads.items()):
-                    if read in done:
-                        del reads[pubsub]
-                        read.result()  # raises what the read raised
-                if tracking:
-                    assert isinstance(link, _Classic)
-                    if not link.same_stream():
-                        # redis-py reconnected on its own, without tracking: what was
-                        # written meanwhile was never told. Start over.
-                        raise redis.exceptions.ConnectionError("the tracking connection was replaced")
-                    try:
-                        payload = self._tracked.heartbeat.due(time.monotonic())
-                    except TimeoutError as exc:
-                        raise redis.exceptions.TimeoutError(str(exc)) from None
-                    if payload is not None:
-                        await link.ping(payload)
-        except GeneratorExit:
-            # This task was destroyed with its event loop: nothing can be
-            # awaited any more, so the sockets are closed as they are.
-            abandoned = True
-            raise
-        finally:
-            for pending in (*reads.values(), poked):
-                if pending is not None:
-                    with contextlib.suppress(RuntimeError):  # a closed loop
-                        pending.cancel()
-            self._link = None
-            self._set_dead()
-            if abandoned:
-                close_sockets([pubsub.connection for pubsub in link.pubsubs()])
-            else:
-                await link.aclose()
 
-    async def _receive(self, link: _Classic | _Sharded, pubsub: Any) -> None:
-        """Read one message and act on it in the same step, so that nothing
-        read is left waiting for the listener's next turn unseen by
-        :meth:`quiet`."""
-        message = await pubsub.get_message(timeout=None)
+    async def _listen(self, link: _ClassicConnection | _ShardConnections) -> bool:
+        idle_since: float | None = None
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return False
+                if self._retrack or self._tracked.retry_due(time.monotonic()):
+                    return True  # start over, tracking the new prefix or asking again
+                subscribe, unsubscribe = self._channels.take_pending()
+                wanted = self._wanted()
+            async with self._listener.io:
+                await link.unsubscribe(unsubscribe)
+                await link.subscribe(subscribe)
+            now = time.monotonic()
+            if wanted:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= IDLE_SECONDS:
+                with self._lock:
+                    if not (self._wanted() or self._channels.pending):
+                        return False
+            tracking = link.tracking if isinstance(link, _ClassicConnection) else None
+            timeout = HEARTBEAT_SECONDS if tracking is not None else 1.0
+            await self._listener.wait(link.pubsubs(), tracking, timeout)
+            if tracking is not None:
+                assert isinstance(link, _ClassicConnection)
+                if not tracking.current():
+                    # redis-py reconnected on its own, without tracking: what was
+                    # written meanwhile was never told. Start over.
+                    raise redis.exceptions.ConnectionError("the tracking connection was replaced")
+                try:
+                    payload = self._tracked.heartbeat.due(time.monotonic())
+                except TimeoutError as exc:
+                    raise redis.exceptions.TimeoutError(str(exc)) from None
+                if payload is not None:
+                    async with self._listener.io:
+                        await link.ping(payload)
+
+    def _act(self, message: Message) -> None:
+        """Act on one message read from the link."""
+        if message is None:
+            return
+        link = self._link
+        if link is None:
+            return  # read as the link closed: every waiter is told it was lost
         link.check(message)
-        if message is not None and message.get("type") == "pong":
-            if self._tracked.heartbeat.answered(message.get("data")):
-                return
-        if message is not None and message.get("channel") == INVALIDATIONS:
-            if message.get("type") == "message":
+        kind = message.get("type")
+        if kind == "pong" and self._tracked.heartbeat.answered(message.get("data")):
+            return
+        if message.get("channel") == INVALIDATIONS:
+            if kind == "message":
                 self._tracked.invalidated(message["data"])
-            elif message.get("type") == "subscribe" and isinstance(link, _Classic):
+            elif kind == "subscribe":
                 self._set_live(link)
             return
-        self._channels.dispatch(message)
+        with self._lock:
+            self._channels.dispatch(message)
 
-    def connections(self) -> list[Any]:
-        """The pub/sub connections open now (for closing the sockets of a
-        subscriber whose event loop closed under it)."""
-        link = self._link
-        pubsubs = link.pubsubs() if link is not None else []
-        return [pubsub.connection for pubsub in pubsubs if pubsub.connection is not None]
+    def _set_live(self, link: _ClassicConnection | _ShardConnections) -> None:
+        if isinstance(link, _ClassicConnection) and link.tracking is not None:
+            self._tracked.live(link.tracking, time.monotonic())
 
 
-async def _link(client: Any) -> _Classic | _Sharded:
-    if isinstance(client, redis.asyncio.cluster.RedisCluster):
+async def _open_link(client: Any) -> _ClassicConnection | _ShardConnections:
+    if is_cluster(client):
         sharded = await async_ask_sharded(client)
         if sharded is None:
             raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
         if sharded:
-            return _Sharded(client)
-    return _Classic(client)
+            return _ShardConnections(client)
+    return _ClassicConnection(client)
 
 
-class _Classic:
-    """One pub/sub connection, classic channels (see :mod:`stampede._sync.subscriber`)."""
+class _ClassicConnection:
+    """One pub/sub connection, classic channels (``SUBSCRIBE``), near caches'
+    ``CLIENT TRACKING`` on it too."""
 
-    anchored = True
+    anchored = True  # see ANCHOR_PREFIX
 
     def __init__(self, client: Any) -> None:
-        self._pubsub = client.pubsub()
-        self._stream: Any = None  # the tracking connection's, once tracking
-        self._poll: Any = None
+        self.pubsub = client.pubsub()
+        #: The connection as near hits see it, once tracking is on.
+        self.tracking: AsyncTrackingConnection | None = None
 
-    async def track(self, prefixes: list[bytes], invalidated: Any) -> bool:
-        """``CLIENT TRACKING`` in broadcast mode on ``prefixes`` (see
-        :meth:`stampede._sync.subscriber._Classic.track`)."""
-        pubsub = self._pubsub
+    async def track(self, prefixes: list[bytes], invalidated: Any, io: Any) -> bool:
+        """``CLIENT TRACKING`` in broadcast mode on ``prefixes``, sent before
+        anything is subscribed (RESP2 refuses it after). Returns whether the
+        invalidations come on :data:`INVALIDATIONS` (RESP2, redirected to this
+        very connection), rather than pushed to ``invalidated`` (RESP3)."""
+        pubsub = self.pubsub
         await pubsub.execute_command("CLIENT", "ID")  # connects
         own_id = await pubsub.parse_response(block=True)
         connection = pubsub.connection
@@ -346,73 +380,37 @@ class _Classic:
         reply = await pubsub.parse_response(block=True)
         if reply not in (b"OK", "OK"):
             raise redis.exceptions.ResponseError(f"CLIENT TRACKING refused: {reply!r}")
-        self._stream = connection._reader
-        sock = connection._writer.transport.get_extra_info("socket")
-        self._poll = select.poll()
-        self._poll.register(sock.fileno(), select.POLLIN | select.POLLERR | select.POLLHUP)
+        self.tracking = AsyncTrackingConnection(pubsub, io)
         return redirected
 
-    @property
-    def tracking(self) -> bool:
-        return self._stream is not None
-
     async def ping(self, payload: bytes) -> None:
-        """Send a PING beside the pending read; its answer comes as a ``pong``."""
-        await self._pubsub.ping(payload)
-
-    def same_stream(self) -> bool:
-        """Whether the connection is still the one tracking was turned on for."""
-        connection = self._pubsub.connection
-        return connection is not None and connection._reader is self._stream
-
-    def pending(self) -> bool:
-        """Whether anything may wait unread on the connection: bytes in the
-        socket, in the stream's buffer, or read by the parser but not yet
-        made into a message."""
-        stream = self._stream
-        connection = self._pubsub.connection
-        if stream is None or connection is None or connection._reader is not stream:
-            return True  # not tracking, or reconnected behind our back (without tracking)
-        if stream._buffer or stream.at_eof():
-            return True
-        parser = connection._parser
-        if getattr(parser, "_buffer", None) or getattr(parser, "_chunks", None):
-            return True
-        reader = getattr(parser, "_reader", None)
-        if reader is not None and hasattr(reader, "has_data") and reader.has_data():
-            return True
-        return bool(self._poll.poll(0))
+        """Send a PING; its answer comes as a ``pong`` message."""
+        await self.pubsub.ping(payload)
 
     async def subscribe(self, channels: list[bytes]) -> None:
         if channels:
-            await self._pubsub.subscribe(*channels)
+            await self.pubsub.subscribe(*channels)
 
-    async def unsubscribe(self, channels: list[bytes]) -> list[Any]:
-        """Unsubscribe; the connections closed as left with no channel."""
+    async def unsubscribe(self, channels: list[bytes]) -> None:
         if channels:
-            await self._pubsub.unsubscribe(*channels)
-        return []
+            await self.pubsub.unsubscribe(*channels)
 
     def pubsubs(self) -> list[Any]:
-        return [self._pubsub]
+        return [self.pubsub]
 
-    def check(self, message: dict[str, Any] | None) -> None:
+    def check(self, message: dict[str, Any]) -> None:
         pass
 
     async def aclose(self) -> None:
-        self._stream = None
-        connection = self._pubsub.connection
-        with contextlib.suppress(BaseException):
-            # Bounded: closing waits for unsent bytes, which a stalled peer never takes.
-            await asyncio.wait_for(asyncio.shield(self._pubsub.aclose()), _CLOSE_SECONDS)
-        if connection is not None and connection._writer is not None:
-            close_sockets([connection])
+        self.tracking = None
+        await async_close_pubsub(self.pubsub)
 
 
-class _Sharded:
-    """Sharded pub/sub on a cluster, a connection per node with waiters."""
+class _ShardConnections:
+    """A cluster with sharded pub/sub: each channel subscribed (``SSUBSCRIBE``)
+    on the node that owns its slot, one connection per node with waiters."""
 
-    anchored = False
+    anchored = False  # see Shards
 
     def __init__(self, cluster: Any) -> None:
         self._cluster = cluster
@@ -426,56 +424,51 @@ class _Sharded:
                 pubsub = shards.pubsubs[node.name] = node_client(self._cluster, node).pubsub()
             await pubsub.ssubscribe(*group)
 
-    async def unsubscribe(self, channels: list[bytes]) -> list[Any]:
+    async def unsubscribe(self, channels: list[bytes]) -> None:
         groups, emptied = self._shards.unsubscribing(channels)
         for pubsub, group in groups:
             await pubsub.sunsubscribe(*group)
         for pubsub in emptied:
-            await _close(pubsub)
-        return emptied
+            await async_close_node_pubsub(pubsub)
 
     def pubsubs(self) -> list[Any]:
         return list(self._shards.pubsubs.values())
 
-    def check(self, message: dict[str, Any] | None) -> None:
+    def check(self, message: dict[str, Any]) -> None:
         self._shards.check(message)  # a slot that moved away: raises, to start over
 
     async def aclose(self) -> None:
         for pubsub in self._shards.pubsubs.values():
-            await _close(pubsub)
+            await async_close_node_pubsub(pubsub)
 
 
-def close_sockets(connections: list[Any]) -> None:
-    """Close the sockets of ``redis.asyncio`` connections without their event
-    loop (it is closed, or gone)."""
-    for connection in connections:
-        transport: Any = getattr(getattr(connection, "_writer", None), "transport", None)
-        sock = getattr(transport, "_sock", None)
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                sock.close()
-            # What transport.close() would record, had it a loop to run on.
-            transport._sock = None
-            transport._closing = True
-        if connection is not None:
-            connection._reader = connection._writer = None
+class _Subscribers:
+    """The subscriber of each client."""
+
+    def __init__(self) -> None:
+        self._lock = AsyncSectionLock()
+        self._of: weakref.WeakKeyDictionary[Any, AsyncSubscriber] = weakref.WeakKeyDictionary()
+
+    def of(self, client: Any) -> AsyncSubscriber:
+        with self._lock:
+            found = self._of.get(client)
+            if found is None:
+                found = self._of[client] = AsyncSubscriber(client)
+            return found
+
+    def _forked(self) -> None:
+        """In a child process just forked: the lock may have been held by a
+        thread that did not come along."""
+        self._lock = AsyncSectionLock()
+        for subscriber in list(self._of.values()):
+            subscriber._forked()
 
 
-async def _close(pubsub: Any) -> None:
-    """Close a pub/sub connection and the pool of the node client it came from."""
-    with contextlib.suppress(BaseException):
-        await asyncio.shield(pubsub.aclose())
-        await pubsub.connection_pool.disconnect()
-
-
-_subscribers: weakref.WeakKeyDictionary[Any, AsyncSubscriber] = weakref.WeakKeyDictionary()
+_subscribers = _Subscribers()
+async_forks_with(_subscribers)
 
 
 def async_subscriber_for(client: Any) -> AsyncSubscriber:
     """The subscriber for ``client`` (one per client, shared by every
-    :class:`stampede.asyncio.Stampede` on it; a ``redis.asyncio`` client
-    belongs to one event loop)."""
-    found = _subscribers.get(client)
-    if found is None:
-        found = _subscribers[client] = AsyncSubscriber(client)
-    return found
+    instance on it; a ``redis.asyncio`` client belongs to one event loop)."""
+    return _subscribers.of(client)

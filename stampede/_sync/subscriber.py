@@ -1,36 +1,52 @@
-"""One pub/sub connection per process and Redis client, for every blocking waiter.
+# Generated from stampede/_async/subscriber.py by tools/unasync.py: edit that file, then run the tool.
+"""One pub/sub connection per Redis client, for every waiter of a process.
+
+Written once, for asyncio (``stampede/_async/subscriber.py``: one subscriber
+per client, so per event loop); the blocking twin (``stampede/_sync/``) is
+generated from it by ``python tools/unasync.py``. What differs between the
+two (a listener task or thread, how it waits for its sockets, who may read
+them) is in :mod:`stampede._primitives`.
 
 Waiting for someone else's rebuild must not cost a connection per waiter:
 redis-py's pool holds at most 100 and raises when empty, and a stampede is
-hundreds of callers. A listener thread owns the one pub/sub connection and
-all its I/O (redis-py's ``PubSub`` is not safe to read and write from two
-threads); waiters register a :class:`Watch` and sleep on its event, which
-the listener sets when a message for its channel arrives, when the
-subscription is confirmed, and when the connection is lost or restored. A
-lost connection therefore never loses a wake-up: every waiter looks at Redis
-again and the listener subscribes anew.
+hundreds of callers. A listener owns the one pub/sub connection (one per
+node with sharded pub/sub on a cluster); waiters register a
+:class:`Watch` and sleep on its event, which the listener sets when a
+message for its channel arrives, when the subscription is confirmed, and
+when the connection is lost or restored. A lost connection therefore never
+loses a wake-up: every waiter looks at Redis again and the listener
+subscribes anew. The listener stops when nobody has waited for a while, and
+starts again on the next wait.
 
-The listener stops when nobody has waited for a while, and starts again on
-the next wait.
+Near caches (:mod:`stampede._core.near`) are kept coherent through the same
+connection (``CLIENT TRACKING``). A near hit does not wait for the listener:
+it asks :meth:`Subscriber.quiet` whether anything waits unread on the
+connection, and goes to Redis if so.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import select
-import socket
-import threading
 import time
 import weakref
 from typing import Any
 
-import redis.cluster
 import redis.exceptions
 
 from .._core.channels import Channels, Shards, WatchBase
 from .._core.events import logger
 from .._core.near import HEARTBEAT_SECONDS, Heartbeat, NearStore, Tracked
+from .._primitives import (
+    Event,
+    Listener,
+    Message,
+    SectionLock,
+    TrackingConnection,
+    close_node_pubsub,
+    close_pubsub,
+    forks_with,
+    sleep,
+)
+from .._redis.clients import is_cluster
 from .._redis.nodes import node_client
 from .server import ask_sharded
 
@@ -43,39 +59,35 @@ _MAX_BACKOFF = 1.0
 INVALIDATIONS = b"__redis__:invalidate"
 
 
-class Watch(WatchBase[threading.Event]):
-    """A thread's watch on one channel."""
+class Watch(WatchBase[Event]):
+    """A waiter's watch on one channel."""
 
     __slots__ = ()
 
     def __init__(self, channel: bytes) -> None:
-        super().__init__(channel, threading.Event())
+        super().__init__(channel, Event())
 
     def wait(self, timeout: float) -> bool:
         return self.event.wait(timeout)
 
 
 class Subscriber:
-    """The pub/sub listener of one blocking redis-py client."""
+    """The pub/sub listener of one redis-py client."""
 
     def __init__(self, client: Any) -> None:
         self._client_ref = weakref.ref(client)
-        self._lock = threading.Lock()
+        # Guards the bookkeeping below between the listener and its callers.
+        self._lock = SectionLock()
         self._channels: Channels[Watch] = Channels()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-        # The listener sleeps in select() on its connection and on this
-        # socket pair, so a new waiter's SUBSCRIBE goes out at once.
-        self._wake_r: socket.socket | None = None
-        self._wake_w: socket.socket | None = None
+        self._listener = Listener(self._act)
+        self._link: _ClassicConnection | _ShardConnections | None = None  # while serving
         # Near caches kept coherent through this connection (CLIENT TRACKING).
         self._tracked = Tracked()
         self._retrack = False  # a store was added: the link starts over with its prefix
-        # Held by whoever reads the connection: the listener, or a near hit
-        # that drains pending invalidations itself (see quiet()).
-        self._io = threading.Lock()
+        self._stopping = False  # asked by close(): the listener ends (and starts anew for newcomers)
+        self._closed = False  # its client is gone: never started again
 
-    # --- what waiters call ---------------------------------------------------
+    # --- what waiters and near caches call ---------------------------------------
 
     def watch(self, channel: bytes) -> Watch:
         """Start watching ``channel``; stop with :meth:`unwatch`."""
@@ -84,18 +96,24 @@ class Subscriber:
             self._channels.add(watch)
             started = self._start_locked()
         if not started:
-            self._poke()
+            self._listener.poke()
         return watch
+
+    def unwatch(self, watch: Watch) -> None:
+        with self._lock:
+            self._channels.remove(watch)
+        self._listener.poke()
 
     def track(self, store: NearStore) -> None:
         """Keep ``store`` coherent: invalidations of its prefix drop its copies.
-        It is live (served from) once tracking is on and confirmed."""
+        It is live (served from) once tracking is on and confirmed. Made off
+        the event loop (asyncio), the listener starts on the first read."""
         with self._lock:
             self._tracked.stores.append(store)
             self._retrack = True
             started = self._start_locked()
         if not started:
-            self._poke()
+            self._listener.poke()
 
     def untrack(self, store: NearStore) -> None:
         with self._lock:
@@ -104,265 +122,245 @@ class Subscriber:
         store.flush(live=False)
 
     def quiet(self) -> bool:
-        """Whether no invalidation waits unread on the connection, so a near copy
-        may be served: what every near hit asks first. Pending data is drained
-        here, by the caller, rather than left for the listener thread, which
-        the GIL may not schedule for milliseconds. ``False``: go to Redis."""
-        link = self._tracked.link
-        if link is None or not self._tracked.heartbeat.quiet(time.monotonic()):
+        """Whether no invalidation waits unread on the connection, so a near
+        copy may be served: what every near hit asks first. ``False``: go to
+        Redis (which lets an asyncio listener read what is pending; a
+        blocking caller reads it here, see the listener's ``drained``)."""
+        tracking = self._tracked.link
+        if tracking is None or not self._tracked.heartbeat.quiet(time.monotonic()):
             return False
-        if not link.pending(self._io):
+        if not tracking.pending():
             return True
-        if not self._io.acquire(timeout=0.05):
-            return False
-        try:
-            if self._tracked.link is not link:
-                return False
-            self._drain(link)
-            return not link.pending(None)
-        except Exception:
-            return False  # the listener finds out and starts over
-        finally:
-            self._io.release()
+        return self._listener.drained(tracking, self._tracked)
 
     def settled(self) -> bool:
-        """What :meth:`quiet` said: it drains pending data itself, in the caller."""
-        return False
+        """:meth:`quiet`, once the listener has had the chance to read what is
+        pending (a fill under way would be dropped by an invalidation it reads
+        later)."""
+        return self._listener.settled(self.quiet)
 
     def revive(self) -> None:
         """Start the listener if near caches are tracked and it is not running
-        (after a fork: it did not come along). Asked by reads while a near
-        cache is not live."""
-        if self._thread is None and self._tracked.stores and not self._closed:
+        (an asyncio instance made off its event loop; a blocking one after a
+        fork). Asked by reads while a near cache is not live."""
+        if self._tracked.stores and self._listener.running is None and not self._closed:
             with self._lock:
                 self._start_locked()
 
-    def _drain(self, link: _Classic | _Sharded) -> None:
-        """Dispatch everything readable now, parsed or still in the socket
-        (the caller holds the io lock)."""
-        tracking = isinstance(link, _Classic) and link.tracking
-        for pubsub in link.pubsubs():
-            while True:
-                message = link.read(pubsub)
-                if message is None:
-                    # A pushed invalidation reads as None too (RESP3): go on
-                    # while anything is left, parsed or in the socket.
-                    if tracking and link.pending(None):  # type: ignore[union-attr]
-                        if not link.same_socket():  # type: ignore[union-attr]
-                            # The pool was disconnected under it (the client
-                            # closed, a failover) and redis-py reconnected
-                            # without tracking: pending for good. Start over.
-                            raise redis.exceptions.ConnectionError("the tracking connection was replaced")
-                        continue
-                    break
-                if message.get("type") == "pong" and self._tracked.heartbeat.answered(message.get("data")):
-                    continue
-                if message.get("channel") == INVALIDATIONS:
-                    if message.get("type") == "message":
-                        self._tracked.invalidated(message["data"])
-                    elif message.get("type") == "subscribe":
-                        self._set_live(link)
-                    continue
-                with self._lock:
-                    self._channels.dispatch(message)
-
-    def _set_live(self, link: _Classic | _Sharded) -> None:
-        if isinstance(link, _Classic):
-            self._tracked.live(link, time.monotonic())
-
-    def _set_dead(self) -> None:
-        self._tracked.dead()
-
-    def unwatch(self, watch: Watch) -> None:
-        with self._lock:
-            self._channels.remove(watch)
-        self._poke()
-
     def close(self) -> None:
-        """Stop the listener (waiters still registered fall back to polling)."""
+        """Stop the listener if nobody waits or tracks (it starts again when
+        someone does)."""
         with self._lock:
-            self._closed = True
-            thread = self._thread
-        self._poke()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(5)
+            running = self._listener.running
+            if running is None or self._wanted():
+                return
+            # A flag the listener reads between its steps, rather than an
+            # asyncio cancellation, which redis-py's commands may swallow.
+            self._stopping = True
+        self._listener.poke()
+        self._listener.join(running, self.connections)
+
+    def connections(self) -> list[Any]:
+        """The pub/sub connections open now (for closing the sockets of a
+        subscriber whose event loop closed under it)."""
+        link = self._link
+        pubsubs = link.pubsubs() if link is not None else []
+        return [pubsub.connection for pubsub in pubsubs if pubsub.connection is not None]
 
     def _forked(self) -> None:
-        """In a child process just forked: the listener thread did not come
-        along, and the connection and wake-up sockets are the parent's (left
-        to it: not read, written or shut down here). Starts anew on demand."""
-        self._lock = threading.Lock()
-        self._io = threading.Lock()
+        """In a child process just forked: the listener did not come along,
+        and the connections and wake-up sockets are the parent's (left to it:
+        not read, written or shut down here). Starts anew on demand."""
+        self._lock = SectionLock()
+        self._listener = Listener(self._act)
         self._channels = Channels()
-        self._thread = None
-        self._wake_r = self._wake_w = None
+        self._link = None
         self._tracked.link = None
         self._tracked.heartbeat = Heartbeat()
         self._retrack = bool(self._tracked.stores)
+        self._stopping = False
         for store in self._tracked.stores:
             store.forked()
 
+    def _wanted(self) -> bool:
+        return bool(len(self._channels) or self._tracked.stores)
+
     def _start_locked(self) -> bool:
-        """Start the listener unless it runs or the subscriber is closed (the
-        caller holds the lock). Returns whether it started it."""
-        if self._thread is not None or self._closed:
+        """Start the listener unless it runs or its client is gone (the caller
+        holds the lock). Returns whether it started it."""
+        if self._closed or self._listener.running is not None:
             return False
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._thread = threading.Thread(target=self._run, name="stampede-subscriber", daemon=True)
-        self._thread.start()
-        return True
+        return self._listener.start(self._run)
 
-    def _poke(self) -> None:
-        writer = self._wake_w
-        if writer is not None:
-            with contextlib.suppress(OSError):
-                writer.send(b"\0")
-
-    # --- the listener thread ---------------------------------------------------
+    # --- the listener ----------------------------------------------------------------
 
     def _run(self) -> None:
-        backoff = 0.05
+        """The listener's life. On its way out, if a waiter came in as it
+        stopped, a new listener starts for it."""
+        finished = False
         try:
-            while True:
-                client = self._client_ref()
-                if client is None:
-                    # The client is gone, and with it any use for this
-                    # subscriber: it must not be started again (a thread a turn).
-                    with self._lock:
-                        self._closed = True
-                    return
-                try:
-                    if self._serve(client):
-                        continue  # a near cache was added: start over with its prefix
-                    return  # idle or closed
-                except Exception as exc:  # any failure: the connection is gone
-                    logger.info("wake-up connection lost, reconnecting: %s", exc)
-                finally:
-                    self._set_dead()
-                    del client
-                with self._lock:
-                    self._channels.lost()
-                    if self._closed or not (len(self._channels) or self._tracked.stores):
-                        return
-                time.sleep(backoff)
-                backoff = min(backoff * 2, _MAX_BACKOFF)
+            self._serve_while_wanted()
+            finished = True
         finally:
             with self._lock:
-                self._thread = None
-                reader, writer, self._wake_r, self._wake_w = self._wake_r, self._wake_w, None, None
-                if len(self._channels) or self._tracked.stores:
-                    self._start_locked()  # a waiter came in as we stopped: start again for it
-            for sock in (reader, writer):
-                if sock is not None:
-                    sock.close()
+                self._listener.ended()
+                self._stopping = False
+                if finished and self._wanted():
+                    self._start_locked()
+
+    def _serve_while_wanted(self) -> None:
+        """Serve a link, and a new one after each loss, until nobody waits or
+        tracks, or the client is gone."""
+        backoff = 0.05
+        while True:
+            client = self._client_ref()
+            if client is None:
+                # The client is gone, and with it any use for this subscriber:
+                # it must not be started again (a listener a turn).
+                with self._lock:
+                    self._closed = True
+                return
+            try:
+                if not self._serve(client):
+                    return  # idle, or asked to stop
+                continue  # to track a new prefix, or to ask for tracking again
+            except Exception as exc:  # any failure: the connection is gone
+                logger.info("wake-up connection lost, reconnecting: %s", exc)
+            finally:
+                del client
+            with self._lock:
+                self._channels.lost()
+                if self._stopping or not self._wanted():
+                    return
+            sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF)
 
     def _serve(self, client: Any) -> bool:
-        """Serve one connection until idle or closed (``False``), or until a
-        near cache is added (``True``: start over, tracking its prefix too)."""
-        link = self._link(client)
-        try:
-            with self._lock:
-                channels = self._channels.resubscribed()
-                # Once each: Redis refuses a prefix given twice (two instances, one namespace).
-                prefixes = sorted({store.prefix for store in self._tracked.stores})
-                self._retrack = False
-            now = time.monotonic()
-            with self._io:
-                if prefixes and isinstance(link, _Classic) and self._tracked.may_track(now):
-                    try:
-                        redirected = link.track(prefixes, self._tracked.invalidated)
-                    except redis.exceptions.ResponseError as exc:
-                        self._tracked.refused(exc, now)
+        """Serve one link until idle or asked to stop (``False``), or until
+        tracking is to be asked for anew (``True``: start over)."""
+        link = _open_link(client)
+        with self._listener.listening(link):
+            self._link = link
+            try:
+                self._subscribe_all(link)
+                return self._listen(link)
+            finally:
+                self._tracked.dead()
+                self._link = None
+
+    def _subscribe_all(self, link: _ClassicConnection | _ShardConnections) -> None:
+        """On a new link: tracking for the near caches, then every channel watched."""
+        with self._lock:
+            channels = self._channels.resubscribed()
+            # Once each: Redis refuses a prefix given twice (two instances, one namespace).
+            prefixes = sorted({store.prefix for store in self._tracked.stores})
+            self._retrack = False
+        now = time.monotonic()
+        with self._listener.io:
+            if prefixes and isinstance(link, _ClassicConnection) and self._tracked.may_track(now):
+                try:
+                    redirected = link.track(prefixes, self._tracked.invalidated, self._listener.io)
+                except redis.exceptions.ResponseError as exc:
+                    self._tracked.refused(exc, now)
+                else:
+                    self._tracked.accepted()
+                    if redirected:
+                        channels.append(INVALIDATIONS)  # RESP2: live once subscribed
                     else:
-                        self._tracked.accepted()
-                        if redirected:
-                            channels.append(INVALIDATIONS)  # RESP2: live once subscribed
-                        else:
-                            self._set_live(link)  # RESP3: pushed on this connection from now on
-                link.subscribe(channels if link.anchored else channels[1:])
-            idle_since: float | None = None
-            while True:
+                        self._set_live(link)  # RESP3: pushed on this connection from now on
+            link.subscribe(channels if link.anchored else channels[1:])
+
+    def _listen(self, link: _ClassicConnection | _ShardConnections) -> bool:
+        idle_since: float | None = None
+        while True:
+            with self._lock:
+                if self._stopping:
+                    return False
+                if self._retrack or self._tracked.retry_due(time.monotonic()):
+                    return True  # start over, tracking the new prefix or asking again
+                subscribe, unsubscribe = self._channels.take_pending()
+                wanted = self._wanted()
+            with self._listener.io:
+                link.unsubscribe(unsubscribe)
+                link.subscribe(subscribe)
+            now = time.monotonic()
+            if wanted:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = now
+            elif now - idle_since >= IDLE_SECONDS:
                 with self._lock:
-                    if self._closed:
+                    if not (self._wanted() or self._channels.pending):
                         return False
-                    if self._retrack or self._tracked.retry_due(time.monotonic()):
-                        return True  # start over, tracking the new prefix or asking again
-                    subscribe, unsubscribe = self._channels.take_pending()
-                    watched = len(self._channels) or len(self._tracked.stores)
-                with self._io:
-                    link.unsubscribe(unsubscribe)
-                    link.subscribe(subscribe)
-                now = time.monotonic()
-                if watched:
-                    idle_since = None
-                elif idle_since is None:
-                    idle_since = now
-                elif now - idle_since >= IDLE_SECONDS:
-                    with self._lock:
-                        idle = not (len(self._channels) or self._channels.pending or self._tracked.stores)
-                        if idle:
-                            return False
-                tracking = isinstance(link, _Classic) and link.tracking
-                self._sleep(*link.pubsubs(), timeout=HEARTBEAT_SECONDS if tracking else 1.0)
-                with self._io:
-                    self._drain(link)
-                if tracking:
-                    assert isinstance(link, _Classic)
-                    if not link.same_socket():
-                        # redis-py reconnected on its own, without tracking: what was
-                        # written meanwhile was never told. Start over.
-                        raise redis.exceptions.ConnectionError("the tracking connection was replaced")
-                    try:
-                        payload = self._tracked.heartbeat.due(time.monotonic())
-                    except TimeoutError as exc:
-                        raise redis.exceptions.TimeoutError(str(exc)) from None
-                    if payload is not None:
-                        with self._io:
-                            link.ping(payload)
-        finally:
-            self._set_dead()
-            link.close()
+            tracking = link.tracking if isinstance(link, _ClassicConnection) else None
+            timeout = HEARTBEAT_SECONDS if tracking is not None else 1.0
+            self._listener.wait(link.pubsubs(), tracking, timeout)
+            if tracking is not None:
+                assert isinstance(link, _ClassicConnection)
+                if not tracking.current():
+                    # redis-py reconnected on its own, without tracking: what was
+                    # written meanwhile was never told. Start over.
+                    raise redis.exceptions.ConnectionError("the tracking connection was replaced")
+                try:
+                    payload = self._tracked.heartbeat.due(time.monotonic())
+                except TimeoutError as exc:
+                    raise redis.exceptions.TimeoutError(str(exc)) from None
+                if payload is not None:
+                    with self._listener.io:
+                        link.ping(payload)
 
-    @staticmethod
-    def _link(client: Any) -> _Classic | _Sharded:
-        if isinstance(client, redis.cluster.RedisCluster):
-            sharded = ask_sharded(client)
-            if sharded is None:
-                raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
-            if sharded:
-                return _Sharded(client)
-        return _Classic(client)
-
-    def _sleep(self, *pubsubs: Any, timeout: float) -> None:
-        """Until a connection has data, a waiter pokes, or ``timeout`` passes."""
-        reader = self._wake_r
-        socks = [getattr(pubsub.connection, "_sock", None) for pubsub in pubsubs]
-        if reader is None or None in socks:
-            time.sleep(0.01)  # no socket to select on: poll
+    def _act(self, message: Message) -> None:
+        """Act on one message read from the link."""
+        if message is None:
             return
-        readable, _, _ = select.select([*socks, reader], [], [], timeout)
-        if reader in readable:
-            with contextlib.suppress(OSError):
-                reader.recv(4096)
+        link = self._link
+        if link is None:
+            return  # read as the link closed: every waiter is told it was lost
+        link.check(message)
+        kind = message.get("type")
+        if kind == "pong" and self._tracked.heartbeat.answered(message.get("data")):
+            return
+        if message.get("channel") == INVALIDATIONS:
+            if kind == "message":
+                self._tracked.invalidated(message["data"])
+            elif kind == "subscribe":
+                self._set_live(link)
+            return
+        with self._lock:
+            self._channels.dispatch(message)
+
+    def _set_live(self, link: _ClassicConnection | _ShardConnections) -> None:
+        if isinstance(link, _ClassicConnection) and link.tracking is not None:
+            self._tracked.live(link.tracking, time.monotonic())
 
 
-class _Classic:
-    """One pub/sub connection, classic channels (``SUBSCRIBE``)."""
+def _open_link(client: Any) -> _ClassicConnection | _ShardConnections:
+    if is_cluster(client):
+        sharded = ask_sharded(client)
+        if sharded is None:
+            raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
+        if sharded:
+            return _ShardConnections(client)
+    return _ClassicConnection(client)
+
+
+class _ClassicConnection:
+    """One pub/sub connection, classic channels (``SUBSCRIBE``), near caches'
+    ``CLIENT TRACKING`` on it too."""
 
     anchored = True  # see ANCHOR_PREFIX
 
     def __init__(self, client: Any) -> None:
-        self._pubsub = client.pubsub()
-        self._sock: socket.socket | None = None  # the tracking connection's, once tracking
-        # A poll object per thread: one may not be polled by two at once.
-        self._polls = threading.local()
+        self.pubsub = client.pubsub()
+        #: The connection as near hits see it, once tracking is on.
+        self.tracking: TrackingConnection | None = None
 
-    def track(self, prefixes: list[bytes], invalidated: Any) -> bool:
+    def track(self, prefixes: list[bytes], invalidated: Any, io: Any) -> bool:
         """``CLIENT TRACKING`` in broadcast mode on ``prefixes``, sent before
         anything is subscribed (RESP2 refuses it after). Returns whether the
         invalidations come on :data:`INVALIDATIONS` (RESP2, redirected to this
         very connection), rather than pushed to ``invalidated`` (RESP3)."""
-        pubsub = self._pubsub
+        pubsub = self.pubsub
         pubsub.execute_command("CLIENT", "ID")  # connects
         own_id = pubsub.parse_response(block=True)
         connection = pubsub.connection
@@ -370,7 +368,11 @@ class _Classic:
         watched = [part for prefix in prefixes for part in (b"PREFIX", prefix)]
         resp3 = str(getattr(connection, "protocol", 2)) == "3"
         if resp3 and hasattr(parser, "set_invalidation_push_handler"):
-            parser.set_invalidation_push_handler(lambda push: invalidated(push[1]))
+
+            def pushed(push: list[Any]) -> None:
+                invalidated(push[1])
+
+            parser.set_invalidation_push_handler(pushed)
             pubsub.execute_command("CLIENT", "TRACKING", "ON", "BCAST", *watched)
             redirected = False
         else:
@@ -379,66 +381,33 @@ class _Classic:
         reply = pubsub.parse_response(block=True)
         if reply not in (b"OK", "OK"):
             raise redis.exceptions.ResponseError(f"CLIENT TRACKING refused: {reply!r}")
-        self._sock = connection._sock
+        self.tracking = TrackingConnection(pubsub, io)
         return redirected
-
-    @property
-    def tracking(self) -> bool:
-        return self._sock is not None
-
-    def same_socket(self) -> bool:
-        """Whether the connection is still the one tracking was turned on for."""
-        connection = self._pubsub.connection
-        return connection is not None and connection._sock is self._sock
-
-    def pending(self, io: threading.Lock | None) -> bool:
-        """Whether anything may wait unread on the connection: bytes in the
-        socket, a reader at work (``io`` held), or bytes redis-py has read
-        but not parsed."""
-        connection = self._pubsub.connection
-        sock = self._sock
-        if sock is None or connection is None or connection._sock is not sock:
-            return True  # not tracking, or reconnected behind our back (without tracking)
-        poll = getattr(self._polls, "poll", None)
-        if poll is None:
-            poll = self._polls.poll = select.poll()
-            poll.register(sock, select.POLLIN | select.POLLERR | select.POLLHUP)
-        if poll.poll(0):
-            return True
-        if io is not None and io.locked():
-            return True
-        parser = connection._parser
-        buffer = getattr(parser, "_buffer", None)
-        if buffer is not None and hasattr(buffer, "unread_bytes") and buffer.unread_bytes():
-            return True
-        reader = getattr(parser, "_reader", None)
-        return reader is not None and hasattr(reader, "has_data") and bool(reader.has_data())
-
-    def subscribe(self, channels: list[bytes]) -> None:
-        if channels:
-            self._pubsub.subscribe(*channels)
-
-    def unsubscribe(self, channels: list[bytes]) -> None:
-        if channels:
-            self._pubsub.unsubscribe(*channels)
 
     def ping(self, payload: bytes) -> None:
         """Send a PING; its answer comes as a ``pong`` message."""
-        self._pubsub.ping(payload)
+        self.pubsub.ping(payload)
+
+    def subscribe(self, channels: list[bytes]) -> None:
+        if channels:
+            self.pubsub.subscribe(*channels)
+
+    def unsubscribe(self, channels: list[bytes]) -> None:
+        if channels:
+            self.pubsub.unsubscribe(*channels)
 
     def pubsubs(self) -> list[Any]:
-        return [self._pubsub]
+        return [self.pubsub]
 
-    def read(self, pubsub: Any) -> dict[str, Any] | None:
-        message: dict[str, Any] | None = pubsub.get_message(timeout=0)
-        return message
+    def check(self, message: dict[str, Any]) -> None:
+        pass
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self._pubsub.close()
+        self.tracking = None
+        close_pubsub(self.pubsub)
 
 
-class _Sharded:
+class _ShardConnections:
     """A cluster with sharded pub/sub: each channel subscribed (``SSUBSCRIBE``)
     on the node that owns its slot, one connection per node with waiters."""
 
@@ -461,48 +430,46 @@ class _Sharded:
         for pubsub, group in groups:
             pubsub.sunsubscribe(*group)
         for pubsub in emptied:
-            _close(pubsub)
+            close_node_pubsub(pubsub)
 
     def pubsubs(self) -> list[Any]:
         return list(self._shards.pubsubs.values())
 
-    def read(self, pubsub: Any) -> dict[str, Any] | None:
-        message: dict[str, Any] | None = pubsub.get_message(timeout=0)
+    def check(self, message: dict[str, Any]) -> None:
         self._shards.check(message)  # a slot that moved away: raises, to start over
-        return message
 
     def close(self) -> None:
         for pubsub in self._shards.pubsubs.values():
-            _close(pubsub)
+            close_node_pubsub(pubsub)
 
 
-def _close(pubsub: Any) -> None:
-    """Close a pub/sub connection and the pool of the node client it came from."""
-    with contextlib.suppress(Exception):
-        pubsub.close()
-        pubsub.connection_pool.disconnect()
+class _Subscribers:
+    """The subscriber of each client."""
+
+    def __init__(self) -> None:
+        self._lock = SectionLock()
+        self._of: weakref.WeakKeyDictionary[Any, Subscriber] = weakref.WeakKeyDictionary()
+
+    def of(self, client: Any) -> Subscriber:
+        with self._lock:
+            found = self._of.get(client)
+            if found is None:
+                found = self._of[client] = Subscriber(client)
+            return found
+
+    def _forked(self) -> None:
+        """In a child process just forked: the lock may have been held by a
+        thread that did not come along."""
+        self._lock = SectionLock()
+        for subscriber in list(self._of.values()):
+            subscriber._forked()
 
 
-_lock = threading.Lock()
-_subscribers: weakref.WeakKeyDictionary[Any, Subscriber] = weakref.WeakKeyDictionary()
-
-
-def _after_fork_in_child() -> None:
-    global _lock
-    _lock = threading.Lock()
-    for subscriber in list(_subscribers.values()):
-        subscriber._forked()
-
-
-if hasattr(os, "register_at_fork"):  # not on Windows
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+_subscribers = _Subscribers()
+forks_with(_subscribers)
 
 
 def subscriber_for(client: Any) -> Subscriber:
-    """The process's subscriber for ``client`` (one per client, shared by
-    every :class:`~stampede.Stampede` on it)."""
-    with _lock:
-        found = _subscribers.get(client)
-        if found is None or found._closed:
-            found = _subscribers[client] = Subscriber(client)
-        return found
+    """The subscriber for ``client`` (one per client, shared by every
+    instance on it; a ``redis.asyncio`` client belongs to one event loop)."""
+    return _subscribers.of(client)
