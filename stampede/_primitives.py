@@ -527,7 +527,8 @@ class AsyncListener:
 
     async def wait(self, pubsubs: list[Any], tracking: Any, timeout: float) -> None:
         """Until a message was read (and acted on), a waiter pokes, or
-        ``timeout`` passes. Raises what a read raised."""
+        ``timeout`` passes. Raises what a read raised. (``tracking`` is for
+        the blocking twin's drain: a pending read here needs no such care.)"""
         reads = self._reads
         for gone in [pubsub for pubsub in reads if pubsub not in pubsubs]:
             _drop(reads.pop(gone))  # its connection was closed: a shard left with no channel
