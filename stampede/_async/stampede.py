@@ -45,7 +45,6 @@ from .._primitives import (
     AsyncRebuilder,
     async_can_block,
     async_close_client,
-    async_close_subscriber,
     async_forks_with,
 )
 from .._redis import scripts as lua
@@ -569,7 +568,7 @@ class Stampede(AsyncOperations):
         await self._background.join()
         if self._near is not None:
             self._subscriber.untrack(self._near)
-        await async_close_subscriber(self._subscriber, self._owns_client)
+        await self._subscriber.aclose()  # stops listening unless others wait or track through it
         for standby in self._server.standbys.take_made():
             await standby.aclose()
         if self._owns_client:

@@ -46,7 +46,6 @@ from .._primitives import (
     Rebuilder,
     can_block,
     close_client,
-    close_subscriber,
     forks_with,
 )
 from .._redis import scripts as lua
@@ -564,7 +563,7 @@ class Stampede(Operations):
         self._background.join()
         if self._near is not None:
             self._subscriber.untrack(self._near)
-        close_subscriber(self._subscriber, self._owns_client)
+        self._subscriber.close()  # stops listening unless others wait or track through it
         for standby in self._server.standbys.take_made():
             standby.close()
         if self._owns_client:
