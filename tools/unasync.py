@@ -6,7 +6,7 @@ an edit to one side alone fails CI). The asyncio file is the source: the
 rewrite is by tokens (``async def``, ``await``, ``async for``, ``async with``,
 and the names below), so the source must be written so that removing them
 leaves correct blocking code. What truly differs between the flavours is in
-``stampede/_primitives.py``, where each ``AsyncX`` or ``async_x`` has its
+``stampede/_primitives/``, where each ``AsyncX`` or ``async_x`` has its
 blocking twin ``X`` or ``x``. A rule that no source uses is an error, so the
 rules cannot rot.
 """

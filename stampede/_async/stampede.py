@@ -3,7 +3,7 @@
 Written once, for asyncio; the blocking twin (``stampede/_sync/stampede.py``)
 is generated from this file by ``python tools/unasync.py`` (``make lint``
 checks that the two agree). What differs between the flavours is in
-``stampede/_primitives.py``. Under asyncio, rebuild functions may be
+``stampede/_primitives/``. Under asyncio, rebuild functions may be
 coroutine functions or plain callables; plain ones run in a worker thread so
 that a slow rebuild never blocks the event loop.
 
