@@ -35,9 +35,9 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Literal
 
+from ._closing import ClosedOnExit
 from ._ports import free_port
 
 __all__ = ["SERVERS", "AppServer", "AppServerError", "Server"]
@@ -201,7 +201,7 @@ SERVERS: Mapping[str, Server] = {
 }
 
 
-class AppServer:
+class AppServer(ClosedOnExit):
     """``app`` (an import path, ``module:attribute``) served by ``server`` (a name in
     :data:`SERVERS`, or a :class:`Server`) on a free loopback port, in a process group of its own.
 
@@ -416,14 +416,6 @@ class AppServer:
         except BaseException:
             self.close()
             raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import threading
-from types import TracebackType
 
 import redis
 
+from ._closing import ClosedOnExit
 
-class ConnectionPeak:
+
+class ConnectionPeak(ClosedOnExit):
     """``with ConnectionPeak(url) as peak: ...``; then ``peak.peak`` is the most connections seen,
     less the ``baseline`` (the count when the block began, this poller's own connection included)."""
 
@@ -51,12 +52,8 @@ class ConnectionPeak:
         self._thread.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
+        """Stop sampling, after one last look."""
         self._stop.set()
         self._thread.join(10.0)
         try:

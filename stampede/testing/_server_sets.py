@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any, TypeVar
 
 import redis
 
+from ._closing import ClosedOnExit
 from ._redis_servers import RedisServer
 
 _S = TypeVar("_S", bound="ServerSet")
 
 
-class ServerSet:
+class ServerSet(ClosedOnExit):
     """What a set of :class:`RedisServer` processes started together shares:
     stopping, closing, and ``with`` (which starts them)."""
 
@@ -47,14 +47,6 @@ class ServerSet:
     def __enter__(self: _S) -> _S:
         self.start()
         return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 def command(client: redis.Redis, *args: object) -> Any:
