@@ -31,7 +31,8 @@ import pytest
 import redis
 import trustme
 
-from stampede.testing import RedisServer, _free_port
+from stampede.testing import RedisServer
+from stampede.testing._ports import free_port
 
 __all__ = ["ENV_VAR", "Certificates", "TLSServer", "make_certificates", "tls_redis_server"]
 
@@ -223,7 +224,7 @@ class TLSServer:
     ``auth_clients``: whether clients must show a certificate the CA signed."""
 
     def __init__(self, binary: str, certs: Certificates, *, auth_clients: bool) -> None:
-        self.tls_port = _free_port()
+        self.tls_port = free_port()
         self.server = RedisServer(
             binary=binary,
             args=[
