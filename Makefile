@@ -8,7 +8,11 @@ PYTHON_DJANGO6 ?= $(shell for p in python3.13 python3.12 $(PYTHON) $(wildcard $(
 	&& { echo $$p; break; }; done)
 VENV6 := .venv-django6
 
-.PHONY: test test-near-cache test-django6 lint demo bench clean
+.PHONY: test test-soak test-near-cache test-django6 lint demo bench clean
+
+# pytest-xdist workers for make test's stages: each starts its own servers and
+# claims its ports (stampede.testing), so they share nothing but the cores.
+TEST_WORKERS ?= 2
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,17 +20,23 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e ".[dev]" "django>=5.2,<6"
 	touch $(STAMP)
 
-## make test: install into .venv and run the whole suite against real redis-servers
-## (Django 5.2 LTS, redis-py's own parser), the behaviour tests again with a near
-## cache in every instance, then, where Python 3.12+ exists, the Django tests on
-## Django 6 and the near-cache and ACL tests, all with the hiredis parser
+## make test: install into .venv and run the suite against real redis-servers
+## (Django 5.2 LTS, redis-py's own parser) on TEST_WORKERS processes, the behaviour
+## tests again with a near cache in every instance, then, where Python 3.12+
+## exists, the Django tests on Django 6 and the near-cache and ACL tests, all
+## with the hiredis parser. The long loads and soaks are make test-soak's.
 test: $(STAMP)
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not soak"
 	$(MAKE) test-near-cache
 	$(MAKE) test-django6
 
+## make test-soak: the long loads and soaks (marked soak), one at a time, as
+## nothing else runs: sustained load through every app server, random faults
+test-soak: $(STAMP)
+	$(BIN)/pytest -m soak
+
 test-near-cache: $(STAMP)
-	$(BIN)/pytest --near-cache tests/test_behaviour.py tests/test_sync.py tests/test_asyncio.py \
+	$(BIN)/pytest -n $(TEST_WORKERS) --near-cache tests/test_behaviour.py tests/test_sync.py tests/test_asyncio.py \
 		tests/test_cached.py tests/test_signing.py tests/test_serializers.py tests/test_inputs.py
 
 $(VENV6)/.installed: pyproject.toml
@@ -40,7 +50,8 @@ ifeq ($(PYTHON_DJANGO6),)
 	@echo "test-django6: no Python 3.12+ found; Django 6 not tested here"
 else
 	$(MAKE) $(VENV6)/.installed
-	STAMPEDE_TEST_PARSER=hiredis $(VENV6)/bin/pytest tests/django_stampede tests/test_near_cache.py tests/test_acl.py
+	STAMPEDE_TEST_PARSER=hiredis $(VENV6)/bin/pytest -n $(TEST_WORKERS) -m "not soak" \
+		tests/django_stampede tests/test_near_cache.py tests/test_acl.py
 endif
 
 ## make lint: ruff, mypy, and the generated blocking twins of asyncio sources, as CI runs them

@@ -43,6 +43,8 @@ def near_cache(request: pytest.FixtureRequest) -> int | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return  # pytest-xdist's controller: each worker starts its own
     # Started here rather than in a fixture: Django's cache suite reads the
     # URL when its test classes are defined, at collection.
     url = os.environ.get("REDIS_URL")
@@ -54,6 +56,14 @@ def pytest_configure(config: pytest.Config) -> None:
     from tests.django_stampede.settings import configure
 
     configure(url)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Under pytest-xdist (--dist loadgroup), the tests reading the demo's one
+    # run go to one worker: a module-scoped fixture runs once per worker.
+    for item in items:
+        if "demo" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("demo"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

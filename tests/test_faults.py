@@ -148,6 +148,7 @@ def records(out: Path) -> list[dict[str, Any]]:
     return found
 
 
+@pytest.mark.soak
 def test_a_soak_of_random_faults_keeps_every_promise(
     soak: tuple[RedisServer, RedisServer, FaultyProxy, Workers], tmp_path: Path
 ) -> None:

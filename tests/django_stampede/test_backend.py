@@ -40,6 +40,7 @@ def backend(**options: Any) -> StampedeCache:
         (42, {}, r"LOCATION must be a Redis URL"),
         ("", {}, r"LOCATION names no Redis server"),
     ],
+    ids=lambda value: "URL" if value == URL else None,  # the same in every pytest-xdist worker
 )
 def test_misconfiguration_names_the_setting(location: Any, options: Any, message: str) -> None:
     with pytest.raises(ImproperlyConfigured, match=message):

@@ -39,6 +39,7 @@ def _server(name: str) -> Server:
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.parametrize("name", ASGI + WSGI)
 def test_each_page_is_rendered_once_per_window_with_no_error(name: str, redis_url: str) -> None:
     server = _server(name)

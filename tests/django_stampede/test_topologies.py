@@ -40,8 +40,10 @@ async def async_round_trips(cache: django_stampede.StampedeCache) -> None:
     await cache.adelete("a")
     assert await cache.aget("a") is None
     # This test's event loop ends with it: its instance's wake-up connections
-    # go now, rather than be found open when the loop is gone.
+    # and its client's go now, rather than be found open when the loop is gone
+    # (stampede closes them at the next call on another loop, which may never come).
     await cache.astampede.aclose()
+    await cache.astampede.client.aclose()
 
 
 async def test_on_a_cluster_sync_and_async(cluster: RedisCluster, namespace: str) -> None:

@@ -35,6 +35,7 @@ PAGES = {
 
 
 @pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.parametrize("name", list(PAGES))
 def test_each_page_is_rendered_once_per_window_with_no_error(name: str, redis_url: str) -> None:
     server = SERVERS[name]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,6 +19,17 @@ from stampede.testing import RedisCluster, RedisSentinel, RedisServer
 
 pytestmark = pytest.mark.slow
 
+#: The apps a test made, whose Flask-Caching backends' clients it closes (Flask-Caching never does).
+_apps: list[Flask] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_caches() -> Iterator[None]:
+    yield
+    while _apps:
+        for backend in _apps.pop().extensions.get("cache", {}).values():
+            backend.stampede.close()
+
 
 def check(url: str, namespace: str) -> None:
     app = Flask(__name__)
@@ -30,6 +42,7 @@ def check(url: str, namespace: str) -> None:
     )
     ext = Stampede(app)
     cache = Cache(app)
+    _apps.append(app)
     renders = itertools.count(1)
 
     @app.route("/page")
@@ -66,7 +79,9 @@ def test_behind_sentinels(sentinel: RedisSentinel, namespace: str) -> None:
 def flask_caching(config: dict[str, Any]) -> tuple[Flask, Cache]:
     app = Flask(__name__)
     app.config.update(CACHE_TYPE="flask_stampede.StampedeCache", **config)
-    return app, Cache(app)
+    cache = Cache(app)
+    _apps.append(app)
+    return app, cache
 
 
 def test_flask_caching_sentinel_settings(sentinel: RedisSentinel, namespace: str) -> None:
