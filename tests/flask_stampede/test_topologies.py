@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import redis
+import redis.cluster
 from flask import Flask
 from flask_caching import Cache
 from flask_stampede import Stampede
@@ -28,7 +29,22 @@ def _close_caches() -> Iterator[None]:
     yield
     while _apps:
         for backend in _apps.pop().extensions.get("cache", {}).values():
-            backend.stampede.close()
+            _close(backend.stampede)
+
+
+def _close(core: stampede.Stampede) -> None:
+    """Close a core that does not own its client (the Flask-Caching backend's), and the client."""
+    core.close()
+    client = core.client
+    client.close()
+    if isinstance(client, redis.cluster.RedisCluster):
+        # Made from a URL, its nodes' clients were given pools they do not close.
+        for node in client.get_nodes():
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinel.close()
 
 
 def check(url: str, namespace: str) -> None:
