@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 import redis
-import redis.cluster
 from flask import Flask
 from flask_caching import Cache
 from flask_stampede import Stampede
 
 import stampede
 from stampede.testing import RedisCluster, RedisSentinel, RedisServer
+from tests.helpers import close_core
 
 pytestmark = pytest.mark.slow
 
@@ -29,22 +29,7 @@ def _close_caches() -> Iterator[None]:
     yield
     while _apps:
         for backend in _apps.pop().extensions.get("cache", {}).values():
-            _close(backend.stampede)
-
-
-def _close(core: stampede.Stampede) -> None:
-    """Close a core that does not own its client (the Flask-Caching backend's), and the client."""
-    core.close()
-    client = core.client
-    client.close()
-    if isinstance(client, redis.cluster.RedisCluster):
-        # Made from a URL, its nodes' clients were given pools they do not close.
-        for node in client.get_nodes():
-            if node.redis_connection is not None:
-                node.redis_connection.connection_pool.disconnect()
-    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
-    for sentinel in getattr(manager, "sentinels", ()):
-        sentinel.close()
+            close_core(backend.stampede)
 
 
 def check(url: str, namespace: str) -> None:
@@ -81,7 +66,7 @@ def check(url: str, namespace: str) -> None:
         assert [client.get(f"/memo/{n}").text for n in range(10)] == [str(n * n) for n in range(10)]
         cache.set_many({f"k{i}": i for i in range(10)})  # what memoize's version keys use
         assert cache.get_many(*[f"k{i}" for i in range(10)]) == list(range(10))
-        ext.stampede.close()
+        close_core(ext.stampede)  # the extension's core does not own its client either
 
 
 def test_on_a_cluster(cluster: RedisCluster, namespace: str) -> None:
