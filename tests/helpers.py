@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis
+import redis.cluster
 
 from stampede import PickleSerializer
 from stampede._core.envelope import encode
@@ -116,3 +117,19 @@ def commands_processed(admin: redis.Redis) -> int:
     heartbeats, health checks): each call counts itself too (an INFO)."""
     stats = admin.info("commandstats")
     return sum(int(stat["calls"]) for name, stat in stats.items() if name != "cmdstat_ping")
+
+
+def close_core(core: Any) -> None:
+    """Close a blocking core that does not own its client (the Flask extension's, the
+    Flask-Caching backend's), and the client: every connection it opened."""
+    core.close()
+    client = core.client
+    client.close()
+    if isinstance(client, redis.cluster.RedisCluster):
+        # Made from a URL, its nodes' clients were given pools they do not close.
+        for node in client.get_nodes():
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+    manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
+    for sentinel in getattr(manager, "sentinels", ()):
+        sentinel.close()
