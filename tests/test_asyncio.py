@@ -315,3 +315,41 @@ def test_background_workers_must_be_a_positive_int(aclient: redis.asyncio.Redis)
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(stampede.ConfigurationError, match="background_workers"):
             stampede.asyncio.Stampede(aclient, background_workers=bad)  # type: ignore[arg-type]
+
+
+async def test_a_detached_rebuild_commits_while_background_refreshes_fill_every_slot(
+    aclient: redis.asyncio.Redis, namespace: str
+) -> None:
+    # The commit of a cancelled caller's thread rebuild must not queue behind
+    # slow refreshes: its lease would lapse and a second rebuild start.
+    async with stampede.asyncio.Stampede(aclient, namespace=namespace, background_workers=1) as asf:
+        await asf.set("stale", "old", ttl=0.01, stale_ttl=60)
+        await asyncio.sleep(0.05)
+        release_refresh = asyncio.Event()
+
+        async def slow_refresh() -> str:
+            await release_refresh.wait()
+            return "new"
+
+        try:
+            assert await asf.get_or_rebuild("stale", slow_refresh, ttl=60, background=True) == "old"
+            running = threading.Event()
+
+            def in_thread() -> str:
+                running.set()
+                time.sleep(0.2)
+                return "from the thread"
+
+            caller = asyncio.create_task(asf.get_or_rebuild("cold", in_thread, ttl=60))
+            await asyncio.to_thread(running.wait, 10)
+            caller.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await caller
+
+            async def landed() -> bool:
+                entry = await asf.get("cold")
+                return entry is not None and entry.value == "from the thread"
+
+            await eventually(landed)  # while the refresh still holds the only slot
+        finally:
+            release_refresh.set()

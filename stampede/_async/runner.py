@@ -91,7 +91,7 @@ class AsyncFlowRunner:
                 # The rest of this flow (commit, release) belongs to the
                 # rebuild still running; the cancelled caller leaves now.
                 finish = functools.partial(self._finish_detached, flow, detached, keys, options, rebuild)
-                self._background.start(finish, "stampede-finish")
+                self._background.start(finish, "stampede-finish", bounded=False)
                 raise detached.cancellation() from None
             except BaseException as exc:  # includes cancellation: the flow cleans up
                 failure = exc
@@ -127,7 +127,7 @@ class AsyncFlowRunner:
             if op.detached:
                 release = functools.partial(self._release_until_answered, keys, args, options)
                 try:
-                    self._background.start(release, "stampede-release")
+                    self._background.start(release, "stampede-release", bounded=False)
                 except RuntimeError:  # shutting down: the lease expires by itself
                     pass
                 return None

@@ -42,19 +42,27 @@ def shield(work: T) -> T:
 
 class AsyncBackground:
     """Work an instance starts that outlives the call that started it (a
-    refresh served stale meanwhile, a release retried): tasks of the running
-    loop, at most ``workers`` of them running at once, as with threads."""
+    refresh served stale meanwhile, a release retried, a cancelled caller's
+    commit): tasks of the running loop. Refreshes (``bounded``) run at most
+    ``workers`` at once, as with threads; the rest must not queue behind a
+    slow refresh, or the lease they settle could lapse meanwhile."""
 
     def __init__(self, workers: int) -> None:
         self._workers = check_background_workers(workers)
         self._running: asyncio.Semaphore | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def start(self, work: Callable[[], Coroutine[Any, Any, None]], name: str) -> None:
+    def start(
+        self, work: Callable[[], Coroutine[Any, Any, None]], name: str, *, bounded: bool = True
+    ) -> None:
         """Start ``work()``; ``RuntimeError`` when it cannot be (no running loop)."""
-        if self._running is None:
-            self._running = asyncio.Semaphore(self._workers)
-        task = asyncio.get_running_loop().create_task(self._run(self._running, work), name=name)
+        loop = asyncio.get_running_loop()
+        if bounded:
+            if self._running is None:
+                self._running = asyncio.Semaphore(self._workers)
+            task = loop.create_task(self._run(self._running, work), name=name)
+        else:
+            task = loop.create_task(work(), name=name)
         # Keep a reference: the loop holds tasks only weakly.
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -84,9 +92,12 @@ class Background:
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def start(self, work: Callable[[], None], name: str) -> None:
+    def start(self, work: Callable[[], None], name: str, *, bounded: bool = True) -> None:
         """Start ``work()``; ``RuntimeError`` when it cannot be (the
-        interpreter is shutting down)."""
+        interpreter is shutting down). All of it runs in the pool: nothing
+        of the blocking flavour settles a lease in the background (its
+        rebuilds run in the caller's thread), and a retried release only
+        matters while Redis fails."""
         with self._lock:
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(self._workers, thread_name_prefix="stampede-background")

@@ -82,9 +82,9 @@ class Stampede(Operations):
             that is never deserialized. ``None`` (the default): unsigned.
         on_event: called with every :class:`~stampede.Event`.
         clock: time source with ``time()`` and ``monotonic()``.
-        background_workers: how many background refreshes (and retried
-            releases) run at once: threads of a pool for the blocking
-            flavour, tasks of the running loop for asyncio.
+        background_workers: how many background refreshes run at once:
+            threads of a pool for the blocking flavour, tasks of the running
+            loop for asyncio.
 
     Under asyncio, a caller cancelled while its plain (non-async) rebuild
     function runs in a thread gets its cancellation at once; the thread's
