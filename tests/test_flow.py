@@ -19,6 +19,7 @@ from stampede._core.flow import (
     Acquire,
     Acquired,
     BusyLeases,
+    Capture,
     Commit,
     Flow,
     Lookup,
@@ -34,6 +35,7 @@ from stampede._core.flow import (
 )
 from stampede._core.keys import KeySpace
 from stampede._core.options import Options
+from stampede._core.tags import Captured
 from tests.fakes import FakeClock
 
 SERIALIZER = PickleSerializer()
@@ -74,8 +76,13 @@ def drive(flow: Generator[Op, Any, Any], answer: Callable[[Op], Any]) -> tuple[A
             op = flow.throw(failure) if failure else flow.send(reply)
         except StopIteration as stop:
             return stop.value, ops
-        ops.append(op)
         reply, failure = None, None
+        if isinstance(op, Capture):
+            # Untagged flows, a namespace never invalidated: see
+            # test_the_tags_are_captured_after_the_lease_and_before_the_rebuild.
+            reply = Captured(0)
+            continue
+        ops.append(op)
         try:
             reply = answer(op)
         except BaseException as exc:
@@ -168,6 +175,62 @@ def test_lease_winner_rebuilds_and_commits_under_its_token() -> None:
     assert written.value == "new"
     assert written.fresh_until == clock.time() + 60
     assert written.duration == pytest.approx(0.1)
+
+
+def test_the_tags_are_captured_after_the_lease_and_before_the_rebuild() -> None:
+    # Before the rebuild reads its data: an invalidation from then on must
+    # leave what it stores stale. The stored value records what was captured.
+    clock, events = FakeClock(), []
+    flow = make_flow(clock, events)
+    flow.tags = (b"post:1", b"user:7")
+    steps = flow.run(Lookup(None))
+    seen: list[Op] = []
+    answers = redis_that()
+    reply: Any = None
+    captured = Captured(5, ((b"post:1", 11), (b"user:7", 12)))
+    while True:
+        try:
+            op = steps.send(reply)
+        except StopIteration:
+            break
+        seen.append(op)
+        reply = captured if isinstance(op, Capture) else answers(op)
+    assert kinds(seen) == [Acquire, Capture, Rebuild, Commit]
+    assert seen[1] == Capture((b"post:1", b"user:7"))
+    commit = seen[3]
+    assert isinstance(commit, Commit)
+    assert Codec.recorded(commit.data) == (b"", b"post:1", b"user:7")
+
+
+def test_a_failed_capture_frees_the_lease_and_rebuilds_nothing() -> None:
+    clock, events = FakeClock(), []
+    answers = redis_that()
+
+    def answer(op: Op) -> Any:
+        if isinstance(op, Capture):
+            raise RedisUnavailableError("down")
+        return answers(op)
+
+    ops: list[Op] = []
+    steps = make_flow(clock, events).run(Lookup(None))
+
+    def run() -> None:
+        reply: Any = None
+        failure: BaseException | None = None
+        while True:
+            op = steps.throw(failure) if failure else steps.send(reply)
+            ops.append(op)
+            reply, failure = None, None
+            try:
+                reply = answer(op)
+            except BaseException as exc:
+                failure = exc
+
+    with pytest.raises(RedisUnavailableError):
+        run()
+    assert kinds(ops) == [Acquire, Capture, Release]
+    assert isinstance(ops[2], Release)
+    assert ops[2].detached
 
 
 def test_every_acquisition_gets_a_new_token() -> None:

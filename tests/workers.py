@@ -8,8 +8,10 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 
 import redis
+import redis.asyncio
 
 import stampede
+import stampede.asyncio
 
 
 def counting_rebuild(client: redis.Redis, counter: str, value: Any, delay: float) -> Any:
@@ -90,3 +92,112 @@ def write_in_turn(
         time.sleep(interval)
     sf.close()
     client.close()
+
+
+def read_groups(
+    url: str,
+    namespace: str,
+    keys: list[str],
+    threads: int,
+    ready: Barrier,
+    stop: Any,
+    queue: Any,
+    asynchronous: bool,
+) -> None:
+    """``threads`` callers (or tasks) reading ``keys``, all tagged ``"group"``,
+    over and over until ``stop`` is set; reports the events of the calls made
+    once every process was reading (what an invalidation then did to them)."""
+    counts: dict[str, int] = {}
+    counting = threading.Event()
+
+    def on_event(event: stampede.Event) -> None:
+        if counting.is_set():
+            counts[event.kind.value] = counts.get(event.kind.value, 0) + 1
+
+    def rebuild_of(client: redis.Redis, key: str) -> Any:
+        def rebuild() -> str:
+            client.incr(f"{namespace}:rebuilds:{key}")
+            time.sleep(0.05)
+            return f"new:{key}"
+
+        return rebuild
+
+    options: dict[str, Any] = {"ttl": 600, "stale_ttl": 600, "tags": ("group",)}
+    client = redis.Redis.from_url(url, socket_timeout=10)
+    if asynchronous:
+        import asyncio
+
+        async def main() -> None:
+            sf = stampede.asyncio.Stampede(
+                redis.asyncio.Redis.from_url(url, socket_timeout=10), namespace=namespace, on_event=on_event
+            )
+
+            async def caller() -> None:
+                while not stop.is_set():
+                    for key in keys:
+                        await sf.get_or_rebuild(key, rebuild_of(client, key), **options)
+
+            await sf.get_or_rebuild(keys[0], rebuild_of(client, keys[0]), **options)
+            await asyncio.to_thread(ready.wait)
+            counting.set()
+            await asyncio.gather(*(caller() for _ in range(threads)))
+            await sf.aclose()
+            await sf.client.aclose()
+
+        asyncio.run(main())
+    else:
+        sf = stampede.Stampede(client, namespace=namespace, on_event=on_event)
+
+        def caller() -> None:
+            while not stop.is_set():
+                for key in keys:
+                    sf.get_or_rebuild(key, rebuild_of(client, key), **options)
+
+        sf.get_or_rebuild(keys[0], rebuild_of(client, keys[0]), **options)
+        ready.wait()
+        counting.set()
+        running = [threading.Thread(target=caller) for _ in range(threads)]
+        for thread in running:
+            thread.start()
+        for thread in running:
+            thread.join()
+        sf.close()
+    queue.put(counts)
+
+
+def read_batch(
+    url: str, namespace: str, keys: list[str], ready: Barrier, queue: Any, asynchronous: bool
+) -> None:
+    """One ``get_or_rebuild_many`` of ``keys`` once every process is ready;
+    each key rebuilt counts in Redis."""
+    client = redis.Redis.from_url(url, socket_timeout=10)
+
+    def rebuild_many(asked: list[str]) -> dict[str, str]:
+        for key in asked:
+            client.incr(f"{namespace}:rebuilds:{key}")
+        time.sleep(0.1)
+        return {key: f"v:{key}" for key in asked}
+
+    if asynchronous:
+        import asyncio
+
+        async def main() -> dict[Any, Any]:
+            sf = stampede.asyncio.Stampede(
+                redis.asyncio.Redis.from_url(url, socket_timeout=10), namespace=namespace
+            )
+
+            async def arebuild_many(asked: list[str]) -> dict[str, str]:
+                return await asyncio.to_thread(rebuild_many, asked)
+
+            await asyncio.to_thread(ready.wait)
+            found = await sf.get_or_rebuild_many(keys, arebuild_many, ttl=600)
+            await sf.aclose()
+            await sf.client.aclose()
+            return found
+
+        queue.put(asyncio.run(main()))
+    else:
+        sf = stampede.Stampede(client, namespace=namespace)
+        ready.wait()
+        queue.put(sf.get_or_rebuild_many(keys, rebuild_many, ttl=600))
+        sf.close()

@@ -9,7 +9,7 @@ shared GETs, with its :class:`Settings` for keys, encoding and events.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import redis.exceptions
@@ -22,9 +22,11 @@ from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
 from .._core.options import UNSET
 from .._core.settings import Settings
+from .._core.tags import NAMESPACE
 from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
 from .._primitives import async_sleep
 from .._redis.errors import lost_connection
+from .groups import AsyncGroups
 from .reads import AsyncSharedReads
 from .server import AsyncServer
 
@@ -44,6 +46,7 @@ class AsyncOperations:
     _settings: Settings
     _server: AsyncServer
     _reads: AsyncSharedReads
+    _groups: AsyncGroups
     _near: NearStore | None
     #: A lock per key for signed updates (a lock of the flavour's).
     _turns: KeyLocks[Any]
@@ -74,6 +77,16 @@ class AsyncOperations:
                 raise lookup.error from exc  # the replica has nothing: no copy to serve
             self._settings.emit(keys, EventKind.REPLICA_HIT)
             return entry
+        return await self._entry(keys, raw)
+
+    async def _entry(self, keys: Keys, raw: bytes | None) -> Entry | None:
+        """The entry ``raw`` holds, judged by tag states read lately (read now if not)."""
+        unknown = self._settings.tags_unknown(raw)
+        if unknown:
+            try:
+                await self._groups.read_states(unknown)
+            except RedisUnavailableError:
+                pass  # judged by the states known
         return self._settings.decode(keys, raw)
 
     async def _outlast_failover(self, error: RedisUnavailableError, names: list[Keys]) -> list[Any]:
@@ -105,13 +118,22 @@ class AsyncOperations:
         raise error
 
     async def set(
-        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+        self,
+        key: str | bytes,
+        value: Any,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        tags: Sequence[str] = (),
     ) -> None:
         """Store ``value`` under ``key`` now, wake any waiters, and cancel any
-        rebuild in flight (its write would be older than this one)."""
+        rebuild in flight (its write would be older than this one). ``tags``:
+        the groups it belongs to (see :meth:`invalidate_tags`)."""
         options = self._settings.call_options(ttl=ttl, stale_ttl=stale_ttl)
+        tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
-        await self._server.script("write", keys, self._settings.write_args(keys, value, options))
+        captured = await self._groups.capture(tag_ids, options)
+        await self._server.script("write", keys, self._settings.write_args(keys, value, options, captured))
 
     async def delete(self, key: str | bytes) -> bool:
         """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
@@ -129,12 +151,44 @@ class AsyncOperations:
         return bool(await self._server.script("invalidate", keys, self._settings.invalidate_args()))
 
     async def add(
-        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+        self,
+        key: str | bytes,
+        value: Any,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        tags: Sequence[str] = (),
     ) -> bool:
-        """Store ``value`` only if ``key`` holds nothing; returns whether it did."""
+        """Store ``value`` only if ``key`` holds nothing; returns whether it did.
+        ``tags``: the groups it belongs to (see :meth:`invalidate_tags`)."""
         options = self._settings.call_options(ttl, stale_ttl)
+        tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
-        return bool(await self._server.script("add", keys, self._settings.write_args(keys, value, options)))
+        captured = await self._groups.capture(tag_ids, options)
+        args = self._settings.write_args(keys, value, options, captured)
+        return bool(await self._server.script("add", keys, args))
+
+    async def invalidate_tags(self, *tags: str) -> None:
+        """Mark every entry carrying any of ``tags`` stale, in every process:
+        each is served stale while one caller refreshes it, as after
+        :meth:`invalidate`. One command per tag, however many entries carry it.
+
+        Other processes see it within ``tag_check_interval`` (at once with a
+        near cache); a rebuild under way that captured a tag before this call
+        stores a value that is stale at once.
+        """
+        await self._groups.bump(self._settings.tag_ids(tags, "invalidate_tags"), hard=False)
+
+    async def delete_tags(self, *tags: str) -> None:
+        """Make every entry carrying any of ``tags`` read as missing, in every
+        process: one caller rebuilds each, the others wait, as after
+        :meth:`delete`. One command per tag, however many entries carry it."""
+        await self._groups.bump(self._settings.tag_ids(tags, "delete_tags"), hard=True)
+
+    async def invalidate_all(self) -> None:
+        """:meth:`invalidate_tags` for every entry of this namespace (and no
+        other), in one command. :meth:`clear` is the hard one."""
+        await self._groups.bump((NAMESPACE,), hard=False)
 
     async def touch(self, key: str | bytes, *, ttl: float | None = UNSET, stale_ttl: float = UNSET) -> bool:
         """Give the value of ``key`` a new ``ttl`` from now; returns whether there was one."""
@@ -226,6 +280,12 @@ class AsyncOperations:
                         self._settings.emit(names, EventKind.REPLICA_HIT)
             else:
                 raws = await self._outlast_failover(error, [names for _, names in named.values()])
+        unknown = self._settings.tags_unknown(*raws)
+        if unknown:
+            try:
+                await self._groups.read_states(unknown)
+            except RedisUnavailableError:
+                pass  # judged by the states known
         return self._settings.found_many(named, raws)
 
     async def set_many(

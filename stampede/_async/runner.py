@@ -14,6 +14,7 @@ from typing import Any
 from .._core.events import logger
 from .._core.flow import (
     RELEASE_GRACE,
+    Capture,
     Commit,
     Op,
     Rebuild,
@@ -43,6 +44,7 @@ from .._primitives import (
     async_shield,
     async_sleep,
 )
+from .groups import AsyncGroups
 from .server import AsyncServer
 from .subscriber import AsyncSubscriber
 
@@ -58,9 +60,11 @@ class AsyncFlowRunner:
         server: AsyncServer,
         subscriber: AsyncSubscriber,
         background: AsyncBackground,
+        groups: AsyncGroups,
     ) -> None:
         self._settings = settings
         self._server = server
+        self._groups = groups
         self._subscriber = subscriber
         self._background = background
 
@@ -115,6 +119,8 @@ class AsyncFlowRunner:
             return await self._rebuild(op.token, keys, options, rebuild)
         if isinstance(op, Wait):
             return await self._wait(op, keys)
+        if isinstance(op, Capture):
+            return await self._groups.capture(op.tags, options, op.since)
         if isinstance(op, Sleep):
             await async_sleep(op.seconds)
             return None
@@ -191,6 +197,46 @@ class AsyncFlowRunner:
             # caller, and it cannot do harm (renewals are owner-checked).
             lost = bool(watchdog.stop(interval))
         return Rebuilt(value, error, duration, lost)
+
+    async def rebuild_leased(
+        self, leases: list[tuple[Keys, str]], options: Options, rebuild: AsyncRebuilder[Any]
+    ) -> Rebuilt:
+        """Run ``rebuild`` once for several keys, renewing each one's lease
+        (``(keys, token)``) meanwhile, all in one round trip each time.
+        ``lease_lost``: one of them was found lost."""
+        stop = AsyncEvent()
+        interval = renew_interval(options.lease_ttl)
+        renew = functools.partial(self._renew_all_until_lost, leases, options, stop, interval)
+        watchdog = AsyncWorker(renew, "stampede-lease-watchdog")
+        started = self._settings.clock.monotonic()
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = await async_rebuild_call(rebuild)
+        except BaseException as exc:
+            error = exc
+        duration = self._settings.clock.monotonic() - started
+        stop.set()
+        lost = bool(watchdog.stop(interval))
+        return Rebuilt(value, error, duration, lost)
+
+    async def _renew_all_until_lost(
+        self, leases: list[tuple[Keys, str]], options: Options, stop: AsyncEvent, interval: float
+    ) -> bool:
+        give_up_at = time.monotonic() + options.max_lease_time
+        calls = [(keys, [token, options.lease_ms]) for keys, token in leases]
+        while not await stop.wait(interval):
+            if time.monotonic() >= give_up_at:
+                logger.warning("leases of a batch held for max_lease_time; no longer renewing them")
+                return False
+            try:
+                renewed = await self._server.pipelined("extend", calls)
+            except RedisUnavailableError as exc:
+                logger.warning("could not renew the leases of a batch, will retry: %s", exc)
+                continue
+            if not all(renewed):
+                return True
+        return False
 
     async def _renew_until_lost(
         self, keys: Keys, token: str, options: Options, stop: AsyncEvent, interval: float

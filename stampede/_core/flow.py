@@ -23,6 +23,7 @@ from .envelope import Codec, Entry
 from .events import EventKind, logger
 from .keys import Keys
 from .options import Options
+from .tags import UNTAGGED, Captured
 
 __all__ = [
     "CANCELLED",
@@ -31,6 +32,7 @@ __all__ = [
     "Acquire",
     "Acquired",
     "BusyLeases",
+    "Capture",
     "Clock",
     "Commit",
     "Flow",
@@ -95,6 +97,21 @@ class Acquired:
     current: bytes | None = None
     lease_pttl: int = -2
     won_at: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """Read what the value about to be rebuilt records of its groups: the
+    namespace's version and those of ``tags`` (ids), each tag's state kept
+    alive as long as the value may be. Result: :class:`Captured`.
+
+    ``since``: the server's clock when the lease was won, for a value whose
+    data was read before this capture (a lease handed to the caller): a tag
+    bumped since then is recorded so that the value is stale (or missing).
+    """
+
+    tags: tuple[bytes, ...]
+    since: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +224,7 @@ class Standby:
     bytes, or ``None`` when no replica has it or none answers (never raises)."""
 
 
-Op = Acquire | Rebuild | Commit | Release | Wait | Sleep | Reread | Standby
+Op = Acquire | Capture | Rebuild | Commit | Release | Wait | Sleep | Reread | Standby
 
 #: The longest pause between two tries of a primary that is failing over.
 FAILOVER_BACKOFF = 0.5
@@ -232,7 +249,14 @@ def wake_interval(remaining: float, lease_pttl_ms: int, subscribed: bool) -> flo
 
 
 def envelope_of(
-    codec: Codec, keys: Keys, value: Any, options: Options, *, now: float, duration: float
+    codec: Codec,
+    keys: Keys,
+    value: Any,
+    options: Options,
+    *,
+    now: float,
+    duration: float,
+    captured: Captured = UNTAGGED,
 ) -> bytes:
     """The envelope of ``value`` for ``keys`` under ``options`` (its ``ttl``),
     refused with :class:`SerializationError` when the serializer fails or it is
@@ -246,6 +270,7 @@ def envelope_of(
             fresh_until=math.inf if ttl is None else now + ttl,
             created_at=now,
             duration=duration,
+            captured=captured,
         )
     except Exception as exc:
         error = SerializationError(
@@ -343,6 +368,7 @@ class Flow:
             another caller of its process first).
         busy: the process's :class:`BusyLeases`, consulted before a stale
             value's lease is asked for.
+        tags: the ids of the tags the rebuilt value carries.
         fails_over: the primary can be replaced (a Redis Cluster, a
             Sentinel-managed master): when it fails, a replica's value is
             served, and a caller with nothing to serve tries the primary
@@ -365,6 +391,7 @@ class Flow:
         fails_over: bool = False,
         missed: bool = False,
         busy: BusyLeases | None = None,
+        tags: tuple[bytes, ...] = (),
     ) -> None:
         self.keys = keys
         self.options = options
@@ -379,6 +406,9 @@ class Flow:
         self.fails_over = fails_over
         self.missed = missed
         self.busy = busy
+        self.tags = tags
+        #: What the value rebuilt records of its groups (see :class:`Capture`).
+        self.captured = UNTAGGED
         self.committed = False  # set by settle(): whether a rebuilt value was stored
         self.won_at: str | None = None  # the server's clock when this flow won its lease
         # Its rebuild lost to a newer write (the commit was refused): its value
@@ -608,6 +638,13 @@ class Flow:
         return acquired
 
     def _rebuild_and_commit(self, token: str, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
+        try:
+            # Before the rebuild reads its data: an invalidation of its tags
+            # from now on leaves the value it stores stale.
+            self.captured = yield Capture(self.tags)
+        except BaseException:
+            yield Release(token, detached=True)
+            raise
         rebuilt: Rebuilt = yield Rebuild(token, stale)
         # Fenced by the server's clock rather than by holding the lease, so
         # that a lease evicted (maxmemory) or lapsed with nothing newer
@@ -693,4 +730,5 @@ class Flow:
             self.options,
             now=self.clock.time(),
             duration=rebuilt.duration,
+            captured=self.captured,
         )

@@ -251,7 +251,7 @@ class Tracked:
     __slots__ = ("_ask_from", "_refusal", "heartbeat", "link", "stores")
 
     def __init__(self) -> None:
-        self.stores: list[NearStore] = []
+        self.stores: list[Any] = []  # NearStore, TagStates: a prefix, invalidate(), flush(), forked()
         self.heartbeat = Heartbeat()
         #: The tracking connection while it is live (copies are served), else None.
         self.link: Any = None

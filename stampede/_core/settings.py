@@ -8,7 +8,18 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._exceptions import ConfigurationError, WaitTimeoutError
-from .envelope import FRESH_UNTIL_OFFSET, HEADER, INT_CODEC, MAGIC, Codec, CorruptEntryError, Entry
+from .envelope import (
+    FAMILY,
+    FRESH_UNTIL_OFFSET,
+    HEADER,
+    INT_CODEC,
+    MAGIC,
+    TAGGED_MAGIC,
+    Codec,
+    CorruptEntryError,
+    Dropped,
+    Entry,
+)
 from .events import Event, EventHook, EventKind, logger
 from .flow import (
     CANCELLED,
@@ -32,6 +43,7 @@ from .options import UNSET, Options
 from .reads import Lease, Paused, Read
 from .serializers import PickleSerializer, Serializer
 from .signing import signer_from
+from .tags import UNTAGGED, Captured, TagStates, TagsUnknown, tag_ids
 
 __all__ = ["Settings"]
 
@@ -54,6 +66,7 @@ class Settings:
         near_cache: Any = None,
         on_event: EventHook | None = None,
         clock: Clock | None = None,
+        tag_check_interval: float = 0.1,
         option_values: Mapping[str, Any] | None = None,
     ) -> None:
         base = options if options is not None else Options()
@@ -74,7 +87,10 @@ class Settings:
         self.options = base
         self._merged: dict[tuple[Any, ...], Options] = {}
         self.serializer = serializer
-        self.codec = Codec(serializer, signer_from(signing_key))
+        #: The tag states this process read lately (see ``stampede._core.tags``).
+        self.tags = TagStates(self.keys.prefix, tag_check_interval)
+        self._tag_ids: dict[Any, tuple[bytes, ...]] = {}
+        self.codec = Codec(serializer, signer_from(signing_key), self.tags)
         #: The near cache's settings, if it has one.
         self.near = NearCache.from_setting(near_cache)
         self._decode_raw = self.codec.decode  # bound once: it is on every hit
@@ -140,21 +156,32 @@ class Settings:
     # --- reading ------------------------------------------------------------
 
     def decode(self, keys: Keys, raw: bytes | None) -> Entry | None:
+        """The entry ``raw`` holds, ``None`` when missing, unreadable (logged,
+        reported) or deleted with a tag. Tags whose state was not read lately
+        count as unchanged: for values that just landed, and reads that
+        fetched the states they lacked."""
         if raw is None:
             return None
         try:
-            return self._decode_raw(keys.value, raw)
+            return self._decode_raw(keys.value, raw, False)
+        except Dropped:
+            return None
         except CorruptEntryError as exc:
             logger.warning("ignoring unreadable data under key %r: %s", keys.name, exc)
             self.emit(keys, EventKind.CORRUPT)
             return None
 
-    def lookup(self, keys: Keys, raw: bytes | None, options: Options) -> Entry | Lookup:
+    def lookup(self, keys: Keys, raw: bytes | None, options: Options) -> Entry | Lookup | TagsUnknown:
         """What a first read found: the fresh :class:`Entry` to serve (a hit), or
-        what the flow needs. On every hit, so the common case comes first."""
+        what the flow needs, or the tag states to read first. On every hit, so
+        the common case comes first."""
         if raw is not None:
             try:
                 entry = self._decode_raw(keys.value, raw)
+            except TagsUnknown as unknown:
+                return unknown
+            except Dropped:
+                return Lookup(None)
             except CorruptEntryError:
                 return Lookup(self.decode(keys, raw))  # logs and reports it
             if self.is_hit(keys, entry, options):
@@ -162,7 +189,37 @@ class Settings:
             return Lookup(entry)
         return Lookup(None)
 
-    def near_lookup(self, keys: Keys, raw: bytes, options: Options) -> Entry | Lookup | None:
+    def judged(self, keys: Keys, raw: bytes | None, options: Options) -> Entry | Lookup:
+        """:meth:`lookup` once the tag states it lacked were read."""
+        entry = self.decode(keys, raw)
+        if entry is not None and self.is_hit(keys, entry, options):
+            return entry
+        return Lookup(entry)
+
+    def tags_unknown(self, *raws: Any) -> list[bytes]:
+        """The tag ids, among those ``raws`` record, whose state was not read lately."""
+        recorded: dict[bytes, None] = {}
+        for raw in raws:
+            recorded.update(dict.fromkeys(self.codec.recorded(raw)))
+        return self.tags.missing(recorded)
+
+    def tag_ids(self, tags: Any, argument: str = "tags") -> tuple[bytes, ...]:
+        """The ids of a call's ``tags``, checked; memoised, as it is on the hit path."""
+        if not tags and isinstance(tags, (tuple, list)):
+            return ()
+        try:
+            return self._tag_ids[tags]
+        except (KeyError, TypeError):
+            pass
+        ids = tag_ids(tags, argument)
+        if isinstance(tags, tuple):
+            memo = self._tag_ids
+            if len(memo) >= 1024:
+                memo.clear()
+            memo[tags] = ids
+        return ids
+
+    def near_lookup(self, keys: Keys, raw: bytes, options: Options) -> Entry | Lookup | TagsUnknown | None:
         """What a near copy holds: the :class:`Entry` to serve (a hit, see
         :meth:`_is_hit`), or, stale or drawn for early refresh, the
         :class:`Lookup` the flow starts from, as from a ``GET`` (Redis holds
@@ -170,8 +227,10 @@ class Settings:
         another caller refreshes the key, the stale value is served from the
         process. ``None``: unreadable, read it from Redis."""
         try:
-            entry = self._decode_raw(keys.value, raw)
-        except CorruptEntryError:
+            entry = self._decode_raw(keys.value, raw, True, True)  # the link was just found quiet
+        except TagsUnknown as unknown:
+            return unknown
+        except (CorruptEntryError, Dropped):
             return None  # Redis holds it too: the read there reports it
         now = self._now()
         if now < entry.fresh_until and (
@@ -250,19 +309,23 @@ class Settings:
 
     # --- script arguments ---------------------------------------------------
 
-    def write_args(self, keys: Keys, value: Any, options: Options) -> list[Any]:
-        data = envelope_of(self.codec, keys, value, options, now=self.clock.time(), duration=0.0)
+    def write_args(
+        self, keys: Keys, value: Any, options: Options, captured: Captured = UNTAGGED
+    ) -> list[Any]:
+        data = envelope_of(
+            self.codec, keys, value, options, now=self.clock.time(), duration=0.0, captured=captured
+        )
         return [data, options.expire_ms or 0, keys.channel, self.options.lapse_ms]
 
     def delete_args(self, keys: Keys) -> list[Any]:
         return ["", 0, keys.channel, self.options.lapse_ms]
 
     def invalidate_args(self) -> list[Any]:
-        return [self.codec.magic, FRESH_UNTIL_OFFSET, b"\x00" * 8, self.options.lapse_ms]
+        return [FAMILY, FRESH_UNTIL_OFFSET, b"\x00" * 8, self.options.lapse_ms]
 
     def touch_args(self, options: Options) -> list[Any]:
         fresh_until = struct.pack("<d", self.fresh_until(options))
-        return [MAGIC, FRESH_UNTIL_OFFSET, fresh_until, options.expire_ms or 0]
+        return [MAGIC, FRESH_UNTIL_OFFSET, fresh_until, options.expire_ms or 0, TAGGED_MAGIC]
 
     def fresh_until(self, options: Options) -> float:
         ttl = options.ttl
@@ -275,7 +338,7 @@ class Settings:
 
     def incremented(self, keys: Keys, raw: bytes, delta: int) -> tuple[bytes, int]:
         """A signed ``incr``: the new value of ``keys`` and the new integer."""
-        value = self.codec.decode(keys.value, raw).value  # raw was verified: this is cheap
+        value = self.codec.decode(keys.value, raw, False).value  # raw was verified: this is cheap
         if type(value) is not int:
             raise TypeError(f"the value of key {keys.name!r} is not an integer")
         total = value + delta
@@ -287,7 +350,7 @@ class Settings:
     def incr_args(delta: int) -> list[Any]:
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise ConfigurationError(f"delta must be an int, got {delta!r}")
-        return [MAGIC + bytes([INT_CODEC]), HEADER.size, delta]
+        return [MAGIC + bytes([INT_CODEC]), HEADER.size, delta, TAGGED_MAGIC + bytes([INT_CODEC])]
 
     @staticmethod
     def incr_result(keys: Keys, reply: list[Any]) -> int | None:
@@ -360,8 +423,7 @@ class Settings:
             return "acquire", [op.token, options.lease_ms]
         if isinstance(op, Commit):
             since = "" if op.won_at is None else op.won_at
-            magic = self.codec.magic
-            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, magic, options.lapse_ms]
+            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, FAMILY, options.lapse_ms]
             return "commit", args
         return "release", [op.token, keys.channel, CANCELLED if op.retake else RELEASED]
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 __all__ = [
     "ACQUIRE",
     "ADD",
+    "BUMP",
+    "CAPTURE",
     "COMMIT",
     "EXTEND",
     "INCR",
@@ -39,6 +41,7 @@ __all__ = [
 NAMES = (
     *("acquire", "commit", "release", "extend", "probe"),
     *("write", "invalidate", "add", "touch", "incr", "swap"),
+    *("capture", "bump"),
 )
 #: The scripts that change a value (the others take, renew or free leases, or read).
 WRITES = frozenset({"add", "commit", "incr", "invalidate", "swap", "touch", "write"})
@@ -241,10 +244,10 @@ return 1
 
 # New expiry for a value in place: fresh_until in the header and the key's
 # TTL. ARGV: magic, offset (0-based), 8 bytes of fresh_until, expire_ms
-# ('0' = never). -> 1 touched, 0 nothing of ours there.
+# ('0' = never), the tagged format's magic. -> 1 touched, 0 nothing of ours there.
 TOUCH = """
 local head = redis.pcall('GETRANGE', KEYS[1], 0, string.len(ARGV[1]) - 1)
-if head ~= ARGV[1] then return 0 end
+if head ~= ARGV[1] and head ~= ARGV[5] then return 0 end
 redis.call('SETRANGE', KEYS[1], tonumber(ARGV[2]), ARGV[3])
 if ARGV[4] == '0' then
   redis.call('PERSIST', KEYS[1])
@@ -257,15 +260,23 @@ return 1
 # Add delta to an integer value in place, keeping its header (restamped) and TTL.
 # Lua numbers are doubles, so the arithmetic is Redis's own INCRBY on a
 # scratch key (KEYS[3], same hash tag), read back as text: exact to 64 bits.
-# ARGV: magic followed by the integer codec byte, header size, delta.
+# ARGV: magic followed by the integer codec byte, header size, delta, the
+# tagged format's magic and codec byte (its tag block, of the length that
+# follows the header, comes before the payload).
 # -> {1, new value as text}; {0} missing; {-1} not an integer; {-2} overflow.
 INCR = (
     _SET_VALUE
     + """
 local v = redis.pcall('GET', KEYS[1])
 if not v then return {0} end
-if type(v) ~= 'string' or string.sub(v, 1, string.len(ARGV[1])) ~= ARGV[1] then return {-1} end
+if type(v) ~= 'string' then return {-1} end
+local prefix = string.sub(v, 1, string.len(ARGV[1]))
 local head = tonumber(ARGV[2])
+if prefix == ARGV[4] and string.len(v) >= head + 2 then
+  head = head + 2 + struct.unpack('<H', string.sub(v, head + 1, head + 2))
+elseif prefix ~= ARGV[1] then
+  return {-1}
+end
 redis.call('SET', KEYS[3], string.sub(v, head + 1))
 local sum = redis.pcall('INCRBY', KEYS[3], ARGV[3])
 local text = redis.call('GET', KEYS[3])
@@ -302,6 +313,78 @@ else
   redis.call('SET', KEYS[1], data, 'PX', ARGV[3])
 end
 return 1
+"""
+)
+
+
+# The server's clock in milliseconds, as text: a tag's versions.
+_NOW_MS = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+local function text(n) return string.format('%.0f', n) end
+"""
+
+# What a rebuild records of a tag before it reads its data: the tag's state
+# ("<current>:<deleted>:<when last bumped, server microseconds>"), made if
+# missing, and kept at least keep_ms more ('0': forever), to outlive the entry.
+# KEYS[1]: the tag's state key. ARGV: keep_ms.
+CAPTURE = (
+    _NOW_MS
+    + """
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' or not string.match(v, '^%d+:%d+:%d+$') then
+  v = text(now_ms()) .. ':0:0'
+  if ARGV[1] == '0' then
+    redis.call('SET', KEYS[1], v)
+  else
+    redis.call('SET', KEYS[1], v, 'PX', ARGV[1])
+  end
+  return v
+end
+if ARGV[1] == '0' then
+  redis.call('PERSIST', KEYS[1])
+else
+  local left = redis.call('PTTL', KEYS[1])
+  if left >= 0 and left < tonumber(ARGV[1]) then redis.call('PEXPIRE', KEYS[1], ARGV[1]) end
+end
+return v
+"""
+)
+
+# Invalidate a tag (ARGV[1] 'soft': its entries turn stale) or delete it
+# ('hard': they read as missing): its current version rises to the server's
+# clock (at least by one), and with 'hard' its deleted version too; the time
+# of the bump (server microseconds) is kept beside them. A missing
+# state is made only with ARGV[2] '1' (the namespace's, which never expires);
+# a tag's missing state has no entries to change. KEYS[1]: the state key.
+# -> the new state, or false.
+BUMP = (
+    _NOW_MS
+    + """
+local v = redis.pcall('GET', KEYS[1])
+local current, deleted = 0, 0
+local found = type(v) == 'string' and string.match(v, '^%d+:%d+:%d+$')
+if found then
+  local c, d = string.match(v, '^(%d+):(%d+):')
+  current, deleted = tonumber(c), tonumber(d)
+elseif ARGV[2] ~= '1' then
+  return false
+end
+current = math.max(current + 1, now_ms())
+if ARGV[1] == 'hard' then deleted = current end
+local state = text(current) .. ':' .. text(deleted) .. ':' .. text(now_us())
+if found then
+  redis.call('SET', KEYS[1], state, 'KEEPTTL')
+else
+  redis.call('SET', KEYS[1], state)
+end
+return state
 """
 )
 

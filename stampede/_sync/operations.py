@@ -10,7 +10,7 @@ shared GETs, with its :class:`Settings` for keys, encoding and events.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import redis.exceptions
@@ -23,9 +23,11 @@ from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
 from .._core.options import UNSET
 from .._core.settings import Settings
+from .._core.tags import NAMESPACE
 from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
 from .._primitives import sleep
 from .._redis.errors import lost_connection
+from .groups import Groups
 from .reads import SharedReads
 from .server import Server
 
@@ -45,6 +47,7 @@ class Operations:
     _settings: Settings
     _server: Server
     _reads: SharedReads
+    _groups: Groups
     _near: NearStore | None
     #: A lock per key for signed updates (a lock of the flavour's).
     _turns: KeyLocks[Any]
@@ -75,6 +78,16 @@ class Operations:
                 raise lookup.error from exc  # the replica has nothing: no copy to serve
             self._settings.emit(keys, EventKind.REPLICA_HIT)
             return entry
+        return self._entry(keys, raw)
+
+    def _entry(self, keys: Keys, raw: bytes | None) -> Entry | None:
+        """The entry ``raw`` holds, judged by tag states read lately (read now if not)."""
+        unknown = self._settings.tags_unknown(raw)
+        if unknown:
+            try:
+                self._groups.read_states(unknown)
+            except RedisUnavailableError:
+                pass  # judged by the states known
         return self._settings.decode(keys, raw)
 
     def _outlast_failover(self, error: RedisUnavailableError, names: list[Keys]) -> list[Any]:
@@ -106,13 +119,22 @@ class Operations:
         raise error
 
     def set(
-        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+        self,
+        key: str | bytes,
+        value: Any,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        tags: Sequence[str] = (),
     ) -> None:
         """Store ``value`` under ``key`` now, wake any waiters, and cancel any
-        rebuild in flight (its write would be older than this one)."""
+        rebuild in flight (its write would be older than this one). ``tags``:
+        the groups it belongs to (see :meth:`invalidate_tags`)."""
         options = self._settings.call_options(ttl=ttl, stale_ttl=stale_ttl)
+        tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
-        self._server.script("write", keys, self._settings.write_args(keys, value, options))
+        captured = self._groups.capture(tag_ids, options)
+        self._server.script("write", keys, self._settings.write_args(keys, value, options, captured))
 
     def delete(self, key: str | bytes) -> bool:
         """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
@@ -130,12 +152,44 @@ class Operations:
         return bool(self._server.script("invalidate", keys, self._settings.invalidate_args()))
 
     def add(
-        self, key: str | bytes, value: Any, *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+        self,
+        key: str | bytes,
+        value: Any,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        tags: Sequence[str] = (),
     ) -> bool:
-        """Store ``value`` only if ``key`` holds nothing; returns whether it did."""
+        """Store ``value`` only if ``key`` holds nothing; returns whether it did.
+        ``tags``: the groups it belongs to (see :meth:`invalidate_tags`)."""
         options = self._settings.call_options(ttl, stale_ttl)
+        tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
-        return bool(self._server.script("add", keys, self._settings.write_args(keys, value, options)))
+        captured = self._groups.capture(tag_ids, options)
+        args = self._settings.write_args(keys, value, options, captured)
+        return bool(self._server.script("add", keys, args))
+
+    def invalidate_tags(self, *tags: str) -> None:
+        """Mark every entry carrying any of ``tags`` stale, in every process:
+        each is served stale while one caller refreshes it, as after
+        :meth:`invalidate`. One command per tag, however many entries carry it.
+
+        Other processes see it within ``tag_check_interval`` (at once with a
+        near cache); a rebuild under way that captured a tag before this call
+        stores a value that is stale at once.
+        """
+        self._groups.bump(self._settings.tag_ids(tags, "invalidate_tags"), hard=False)
+
+    def delete_tags(self, *tags: str) -> None:
+        """Make every entry carrying any of ``tags`` read as missing, in every
+        process: one caller rebuilds each, the others wait, as after
+        :meth:`delete`. One command per tag, however many entries carry it."""
+        self._groups.bump(self._settings.tag_ids(tags, "delete_tags"), hard=True)
+
+    def invalidate_all(self) -> None:
+        """:meth:`invalidate_tags` for every entry of this namespace (and no
+        other), in one command. :meth:`clear` is the hard one."""
+        self._groups.bump((NAMESPACE,), hard=False)
 
     def touch(self, key: str | bytes, *, ttl: float | None = UNSET, stale_ttl: float = UNSET) -> bool:
         """Give the value of ``key`` a new ``ttl`` from now; returns whether there was one."""
@@ -225,6 +279,12 @@ class Operations:
                         self._settings.emit(names, EventKind.REPLICA_HIT)
             else:
                 raws = self._outlast_failover(error, [names for _, names in named.values()])
+        unknown = self._settings.tags_unknown(*raws)
+        if unknown:
+            try:
+                self._groups.read_states(unknown)
+            except RedisUnavailableError:
+                pass  # judged by the states known
         return self._settings.found_many(named, raws)
 
     def set_many(

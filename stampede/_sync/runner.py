@@ -15,6 +15,7 @@ from typing import Any
 from .._core.events import logger
 from .._core.flow import (
     RELEASE_GRACE,
+    Capture,
     Commit,
     Op,
     Rebuild,
@@ -44,6 +45,7 @@ from .._primitives import (
     shield,
     sleep,
 )
+from .groups import Groups
 from .server import Server
 from .subscriber import Subscriber
 
@@ -59,9 +61,11 @@ class FlowRunner:
         server: Server,
         subscriber: Subscriber,
         background: Background,
+        groups: Groups,
     ) -> None:
         self._settings = settings
         self._server = server
+        self._groups = groups
         self._subscriber = subscriber
         self._background = background
 
@@ -116,6 +120,8 @@ class FlowRunner:
             return self._rebuild(op.token, keys, options, rebuild)
         if isinstance(op, Wait):
             return self._wait(op, keys)
+        if isinstance(op, Capture):
+            return self._groups.capture(op.tags, options, op.since)
         if isinstance(op, Sleep):
             sleep(op.seconds)
             return None
@@ -190,6 +196,46 @@ class FlowRunner:
             # caller, and it cannot do harm (renewals are owner-checked).
             lost = bool(watchdog.stop(interval))
         return Rebuilt(value, error, duration, lost)
+
+    def rebuild_leased(
+        self, leases: list[tuple[Keys, str]], options: Options, rebuild: Rebuilder[Any]
+    ) -> Rebuilt:
+        """Run ``rebuild`` once for several keys, renewing each one's lease
+        (``(keys, token)``) meanwhile, all in one round trip each time.
+        ``lease_lost``: one of them was found lost."""
+        stop = Event()
+        interval = renew_interval(options.lease_ttl)
+        renew = functools.partial(self._renew_all_until_lost, leases, options, stop, interval)
+        watchdog = Worker(renew, "stampede-lease-watchdog")
+        started = self._settings.clock.monotonic()
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = rebuild_call(rebuild)
+        except BaseException as exc:
+            error = exc
+        duration = self._settings.clock.monotonic() - started
+        stop.set()
+        lost = bool(watchdog.stop(interval))
+        return Rebuilt(value, error, duration, lost)
+
+    def _renew_all_until_lost(
+        self, leases: list[tuple[Keys, str]], options: Options, stop: Event, interval: float
+    ) -> bool:
+        give_up_at = time.monotonic() + options.max_lease_time
+        calls = [(keys, [token, options.lease_ms]) for keys, token in leases]
+        while not stop.wait(interval):
+            if time.monotonic() >= give_up_at:
+                logger.warning("leases of a batch held for max_lease_time; no longer renewing them")
+                return False
+            try:
+                renewed = self._server.pipelined("extend", calls)
+            except RedisUnavailableError as exc:
+                logger.warning("could not renew the leases of a batch, will retry: %s", exc)
+                continue
+            if not all(renewed):
+                return True
+        return False
 
     def _renew_until_lost(
         self, keys: Keys, token: str, options: Options, stop: Event, interval: float

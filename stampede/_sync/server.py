@@ -143,18 +143,29 @@ class Server:
         if not calls:
             return []
         try:
-            return self._pipelined_once(script, calls)
+            return self.on_keys(script, [(names.script_keys, args) for names, args in calls])
         finally:
             self._after_script(script, *(names for names, _ in calls))
 
-    def _pipelined_once(self, script: str, calls: list[tuple[Keys, list[Any]]]) -> list[Any]:
-        with self.errors("", f"{script} several keys"):
+    def on_keys(self, script: str, calls: list[tuple[list[bytes], list[Any]]], action: str = "") -> list[Any]:
+        """Run ``script`` once per call (its KEYS, its ARGV), in one round trip
+        (one per call on a cluster), errors translated; what each returned."""
+        if not calls:
+            return []
+        with self.errors("", action or f"{script} several keys"):
+            if len(calls) == 1 and not self.cluster:
+                # One EVALSHA (redis-py loads the script on NOSCRIPT), not a
+                # pipeline, which asks SCRIPT EXISTS first.
+                names, args = calls[0]
+                return [self.scripts[script](keys=names, args=args)]
             results = self._pipeline(script, calls, by_source=False)
             again = _unscripted(results)
             retried = self._pipeline(script, [calls[i] for i in again], by_source=True) if again else []
             return _pipeline_results(results, again, retried)
 
-    def _pipeline(self, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool) -> list[Any]:
+    def _pipeline(
+        self, script: str, calls: list[tuple[list[bytes], list[Any]]], *, by_source: bool
+    ) -> list[Any]:
         if self.cluster:
             # redis-py's cluster pipeline takes no scripts: one call per key,
             # each routed (MOVED, ASK) by redis-py, errors kept in place.
@@ -163,7 +174,7 @@ class Server:
                 try:
                     if self.sharded is None:
                         self.ask_sharded()
-                    results.append(self.scripts_now()[script](keys=names.script_keys, args=args))
+                    results.append(self.scripts_now()[script](keys=names, args=args))
                 except redis.exceptions.RedisError as exc:
                     results.append(exc)
             return results
@@ -172,7 +183,7 @@ class Server:
         return pipe.execute(raise_on_error=False)  # type: ignore[no-any-return]
 
     def _queue_scripts(
-        self, pipe: Any, script: str, calls: list[tuple[Keys, list[Any]]], *, by_source: bool
+        self, pipe: Any, script: str, calls: list[tuple[list[bytes], list[Any]]], *, by_source: bool
     ) -> None:
         """Queue ``script`` once per call on ``pipe``: EVALSHA, or EVAL with ``by_source``.
 
@@ -186,9 +197,9 @@ class Server:
         for names, args in calls:
             # Queuing is synchronous on redis-py's sync and asyncio pipelines alike.
             if by_source:
-                pipe.eval(registered.script, len(names.script_keys), *names.script_keys, *args)
+                pipe.eval(registered.script, len(names), *names, *args)
             else:
-                pipe.evalsha(registered.sha, len(names.script_keys), *names.script_keys, *args)
+                pipe.evalsha(registered.sha, len(names), *names, *args)
 
     # --- reads besides the shared GET ---------------------------------------
 

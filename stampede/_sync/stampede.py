@@ -17,7 +17,7 @@ carrying out each operation it yields (a script, a wait, the rebuild).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterable, Sequence
 from typing import Any, TypeVar, cast
 
 import redis.exceptions
@@ -38,7 +38,8 @@ from .._core.options import UNSET, Options
 from .._core.reads import LEASE_TAKEN, Lease, Paused, Read
 from .._core.serializers import Serializer
 from .._core.settings import Settings
-from .._exceptions import ConfigurationError
+from .._core.tags import TagsUnknown
+from .._exceptions import ConfigurationError, RedisUnavailableError
 from .._primitives import (
     Background,
     Event,
@@ -51,6 +52,8 @@ from .._primitives import (
 from .._redis import scripts as lua
 from .._redis.clients import check_client
 from .._redis.urls import connect, split_options
+from .batches import Batches
+from .groups import Groups
 from .operations import Operations
 from .reads import SharedReads
 from .runner import FlowRunner
@@ -85,6 +88,10 @@ class Stampede(Operations):
         background_workers: how many background refreshes run at once:
             threads of a pool for the blocking flavour, tasks of the running
             loop for asyncio.
+        tag_check_interval: how long (seconds) this process trusts the state
+            of a tag (and of the namespace) it read: the bound on how late
+            it sees another process's ``invalidate_tags``/``invalidate_all``.
+            With a near cache, Redis tells it of those at once as well.
 
     Under asyncio, a caller cancelled while its plain (non-async) rebuild
     function runs in a thread gets its cancellation at once; the thread's
@@ -104,6 +111,7 @@ class Stampede(Operations):
         clock: Clock | None = None,
         replicas: Sequence[Any] = (),
         background_workers: int = 4,
+        tag_check_interval: float = 0.1,
         **option_values: Any,
     ) -> None:
         check_client(client)
@@ -117,6 +125,7 @@ class Stampede(Operations):
             near_cache=near_cache,
             on_event=on_event,
             clock=clock,
+            tag_check_interval=tag_check_interval,
             option_values=option_values,
         )
         self._settings = settings
@@ -140,8 +149,13 @@ class Stampede(Operations):
         self._near = settings.near_store()
         if self._near is not None:
             self._subscriber.track(self._near)
+            self._subscriber.track(settings.tags)  # tag states, dropped as soon as they change
         self._reads = SharedReads(self._server, self._near)
-        self._runner = FlowRunner(settings, self._server, self._subscriber, self._background)
+        self._groups = Groups(settings, self._server, self._reads)
+        self._runner = FlowRunner(settings, self._server, self._subscriber, self._background, self._groups)
+        self._batches = Batches(
+            settings, self._server, self._groups, self._runner, self._subscriber, self._near, self._one_key
+        )
         forks_with(self)
 
     def _forked(self) -> None:
@@ -149,6 +163,7 @@ class Stampede(Operations):
         (reads, rebuilds, background refreshes) did not come along, and the
         locks they held are dropped with them."""
         self._reads.forked()
+        self._settings.tags.forked()
         self._flights = LocalFlights(Event)
         self._turns = KeyLocks(Lock)
         self._background.forked()
@@ -232,6 +247,7 @@ class Stampede(Operations):
         wait_timeout: float = UNSET,
         background: bool = UNSET,
         beta: float | None = UNSET,
+        tags: Sequence[str] = (),
     ) -> T:
         """Return the cached value of ``key``, rebuilding it with ``rebuild()``
         in exactly one caller when it is stale or missing.
@@ -240,11 +256,13 @@ class Stampede(Operations):
         get the stale value at once. Missing: one caller rebuilds, the others
         wait to be woken, for at most ``wait_timeout``. Options left out take
         this instance's defaults (see :class:`~stampede.Options`). Exceptions
-        from ``rebuild`` reach the caller unchanged.
+        from ``rebuild`` reach the caller unchanged. ``tags``: the groups the
+        value belongs to (see :meth:`invalidate_tags`).
         """
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
+        tag_ids = self._settings.tag_ids(tags) if tags else ()
         keys = self._keys(key)
         # _first_read, inlined: this is every hit's path.
         if self._near is not None:
@@ -252,16 +270,56 @@ class Stampede(Operations):
             if isinstance(near_found, Entry):
                 return near_found.value  # type: ignore[no-any-return]
             if near_found is not None:
-                return cast(T, self._single_flight(keys, options, near_found, rebuild))
+                return cast(T, self._single_flight(keys, options, near_found, rebuild, tag_ids))
         try:
             raw = self._reads.get(keys.value)
         except redis.exceptions.RedisError as exc:
-            return cast(T, self._single_flight(keys, options, self._server.read_failed(keys, exc), rebuild))
+            lookup = self._server.read_failed(keys, exc)
+            return cast(T, self._single_flight(keys, options, lookup, rebuild, tag_ids))
         found = self._lookup(keys, raw, options)
         if isinstance(found, Entry):
             # Not cast(): a function call, on every hit.
             return found.value  # type: ignore[no-any-return]
-        return cast(T, self._single_flight(keys, options, found, rebuild))
+        if isinstance(found, TagsUnknown):
+            found = self._judged(keys, raw, options, found)
+            if isinstance(found, Entry):
+                return found.value  # type: ignore[no-any-return]
+        return cast(T, self._single_flight(keys, options, found, rebuild, tag_ids))
+
+    def get_or_rebuild_many(
+        self,
+        keys: Iterable[str | bytes],
+        rebuild_many: Callable[[list[Any]], Any],
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        lease_ttl: float = UNSET,
+        wait_timeout: float = UNSET,
+        beta: float | None = UNSET,
+        tags: Sequence[str] = (),
+    ) -> dict[Any, Any]:
+        """:meth:`get_or_rebuild` for many keys at once; returns ``{key: value}``.
+
+        Fresh keys cost one read for the whole batch (an ``MGET``, one per
+        slot on a cluster). ``rebuild_many(keys)`` is called once with the
+        keys this caller holds leases for (in the order given) and returns a
+        mapping of those keys to their values; a key it leaves out is not
+        stored and not returned. Stale keys that another caller refreshes are
+        served stale; missing keys that another caller rebuilds are waited
+        for. Each key is single-flight across processes, as with
+        :meth:`get_or_rebuild`. Under asyncio, ``rebuild_many`` may be a
+        coroutine function.
+        """
+        options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
+        tag_ids = self._settings.tag_ids(tags) if tags else ()
+        return self._batches.get_or_rebuild_many(keys, rebuild_many, options, tag_ids)
+
+    def _one_key(self, keys: Keys, options: Options, rebuild: Rebuilder[Any], tags: tuple[bytes, ...]) -> Any:
+        """:meth:`get_or_rebuild` of one key, its options settled."""
+        found = self._first_read(keys, options)
+        if isinstance(found, Entry):
+            return found.value
+        return self._single_flight(keys, options, found, rebuild, tags)
 
     def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
@@ -273,7 +331,21 @@ class Stampede(Operations):
             raw = self._reads.get(keys.value)
         except redis.exceptions.RedisError as exc:
             return self._server.read_failed(keys, exc)
-        return self._lookup(keys, raw, options)
+        found = self._lookup(keys, raw, options)
+        if isinstance(found, TagsUnknown):
+            return self._judged(keys, raw, options, found)
+        return found
+
+    def _judged(
+        self, keys: Keys, raw: bytes | None, options: Options, unknown: TagsUnknown
+    ) -> Entry | Lookup:
+        """What ``raw`` holds once the tag states it needs were read. If Redis
+        fails them, the value in hand is judged by the states known."""
+        try:
+            self._groups.read_states(unknown.ids)
+        except RedisUnavailableError:
+            pass
+        return self._settings.judged(keys, raw, options)
 
     def _near_read(self, keys: Keys, options: Options) -> Entry | Lookup | None:
         """What this process's copy of ``keys`` says (see ``_near_lookup``),
@@ -286,11 +358,23 @@ class Stampede(Operations):
         if not (self._subscriber.quiet() or self._subscriber.settled()):
             return None
         raw = near.get(keys.value)
-        return self._settings.near_lookup(keys, raw, options) if raw is not None else None
+        if raw is None:
+            return None
+        found = self._settings.near_lookup(keys, raw, options)
+        if isinstance(found, TagsUnknown):
+            return None  # Redis is read, and the tag states with it
+        return found
 
     # --- this process's flight for a key ------------------------------------
 
-    def _single_flight(self, keys: Keys, options: Options, lookup: Lookup, rebuild: Rebuilder[Any]) -> Any:
+    def _single_flight(
+        self,
+        keys: Keys,
+        options: Options,
+        lookup: Lookup,
+        rebuild: Rebuilder[Any],
+        tags: tuple[bytes, ...] = (),
+    ) -> Any:
         missed = False  # whether this call was reported as a miss
         while True:
             flight, leader = self._flights.join(keys.value)
@@ -314,9 +398,9 @@ class Stampede(Operations):
             elif not flight.abandoned:
                 return flight.outcome()
         if options.background and lookup.entry is not None:
-            self._refresh_in_background(keys, options, lookup, rebuild, flight)
+            self._refresh_in_background(keys, options, lookup, rebuild, flight, tags)
             return self._settings.serve_follower(keys, lookup.entry)
-        flow = self._flow(keys, options, can_wait=can_block(), missed=missed)
+        flow = self._flow(keys, options, can_wait=can_block(), missed=missed, tags=tags)
         return self._lead_flight(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
 
     def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: Rebuilder[Any]) -> Any:
@@ -359,9 +443,10 @@ class Stampede(Operations):
         lookup: Lookup,
         rebuild: Rebuilder[Any],
         flight: LocalFlight[Event],
+        tags: tuple[bytes, ...],
     ) -> None:
         def refresh() -> None:
-            flow = self._flow(keys, options, background=True)
+            flow = self._flow(keys, options, background=True, tags=tags)
             try:
                 value = self._runner.drive(flow.run(lookup), keys, options, rebuild)
             except BaseException as exc:
@@ -408,6 +493,7 @@ class Stampede(Operations):
         lease_ttl: float = UNSET,
         wait_timeout: float = UNSET,
         beta: float | None = UNSET,
+        tags: Sequence[str] = (),
     ) -> Read:
         """:meth:`get_or_rebuild` for callers that rebuild by themselves.
 
@@ -419,9 +505,11 @@ class Stampede(Operations):
         without a lease (after ``wait_timeout``, or fail-open) means: rebuild,
         but nothing to commit. Unlike :meth:`get_or_rebuild`, callers are not
         coalesced within the process (the rebuild is out of our hands), and
-        the lease is not renewed: commit within ``lease_ttl``.
+        the lease is not renewed: commit within ``lease_ttl``. ``tags``: those
+        the value will carry, if known now (else given to :meth:`commit`).
         """
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
+        tag_ids = self._settings.tag_ids(tags) if tags else ()
         keys = self._keys(key)
         lookup = self._first_read(keys, options)
         if isinstance(lookup, Entry):
@@ -455,7 +543,13 @@ class Stampede(Operations):
             # flight waits for its commit.
         try:
             flow = self._flow(
-                keys, options, take_over=False, can_wait=can_wait, deadline=deadline, missed=missed
+                keys,
+                options,
+                take_over=False,
+                can_wait=can_wait,
+                deadline=deadline,
+                missed=missed,
+                tags=tag_ids,
             )
             outcome = self._runner.drive(flow.run(lookup), keys, options, None)
             read = (
@@ -479,6 +573,7 @@ class Stampede(Operations):
         ttl: float | None = UNSET,
         stale_ttl: float = UNSET,
         store_if_lapsed: bool = False,
+        tags: Sequence[str] | None = None,
     ) -> bool:
         """Store ``value`` under the lease from :meth:`read`, wake the waiters
         and free the lease; ``ttl``/``stale_ttl`` default to those of the
@@ -486,11 +581,18 @@ class Stampede(Operations):
         lapsed or been cancelled (a newer write stays). With
         ``store_if_lapsed``, a lease that merely lapsed (nobody else holds one,
         and nothing stored is newer than the ``read``) still stores: the
-        semantics of a cache ``set`` that came late.
+        semantics of a cache ``set`` that came late. ``tags``: those the value
+        carries, if not given to :meth:`read`; a tag invalidated since the
+        ``read`` leaves the value stored stale (or, deleted, missing).
         """
         rebuilt = self._settings.rebuilt_by_holder(lease, value)
         options = self._settings.settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
+        if tags is not None:
+            tag_ids = self._settings.tag_ids(tags)
+            if tag_ids != flow.tags:
+                flow.tags = tag_ids
+                flow.captured = self._groups.capture(tag_ids, options, lease._won_at)
         _, error = self._runner.drive(
             flow.settle(lease.token, rebuilt, None, lease._won_at if store_if_lapsed else None),
             lease.keys,
@@ -563,6 +665,7 @@ class Stampede(Operations):
         self._background.join()
         if self._near is not None:
             self._subscriber.untrack(self._near)
+            self._subscriber.untrack(self._settings.tags)
         self._subscriber.close()  # stops listening unless others wait or track through it
         for standby in self._server.standbys.take_made():
             standby.close()

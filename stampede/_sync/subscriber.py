@@ -35,6 +35,7 @@ import redis.exceptions
 from .._core.channels import Channels, Shards, WatchBase
 from .._core.events import logger
 from .._core.near import HEARTBEAT_SECONDS, Heartbeat, NearStore, Tracked
+from .._core.tags import TagStates
 from .._primitives import (
     Event,
     Listener,
@@ -104,7 +105,7 @@ class Subscriber:
             self._channels.remove(watch)
         self._listener.poke()
 
-    def track(self, store: NearStore) -> None:
+    def track(self, store: NearStore | TagStates) -> None:
         """Keep ``store`` coherent: invalidations of its prefix drop its copies.
         It is live (served from) once tracking is on and confirmed. Made off
         the event loop (asyncio), the listener starts on the first read."""
@@ -115,7 +116,7 @@ class Subscriber:
         if not started:
             self._listener.poke()
 
-    def untrack(self, store: NearStore) -> None:
+    def untrack(self, store: NearStore | TagStates) -> None:
         with self._lock:
             if store in self._tracked.stores:
                 self._tracked.stores.remove(store)

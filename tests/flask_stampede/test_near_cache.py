@@ -103,7 +103,7 @@ def test_a_cache_serializer_keeps_the_near_cache(client: redis.Redis, namespace:
         core = cache.cache.stampede
         assert core._near is not None
         assert core._near.settings == stampede.NearCache()
-        assert core._subscriber._tracked.stores == [core._near]
+        assert core._subscriber._tracked.stores == [core._near, core._settings.tags]
         cache.set("k", "v")
         wait_until(lambda: sends_nothing(client, lambda: cache.get("k") == "v"))
         cache.clear()

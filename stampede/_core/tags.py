@@ -1,0 +1,375 @@
+"""Groups of entries: tags, and the namespace as a whole, invalidated in O(1).
+
+Each tag has a state key in Redis, ``<namespace>:{<tag>}:tag`` (its own hash
+tag: tags spread over a cluster's nodes like keys), holding two versions and
+a time as text, ``b"<current>:<deleted>:<bumped at>"``. An entry records, for the namespace and for
+each tag it carries, the tag's current version when its rebuild began (its
+*capture*). Read later, against the versions the tag has then:
+
+- every recorded version still current: the entry is as fresh as its ttl says;
+- one below its tag's *deleted* version: the entry reads as missing
+  (``delete_tags``: one caller rebuilds, the others wait);
+- otherwise (one below its tag's *current*): the entry is stale
+  (``invalidate_tags``: served stale while one caller refreshes it).
+
+So a rebuild that read its data before an invalidation stores an entry that
+is stale at once: versions are compared, clocks never. A version is the
+server's clock in milliseconds, raised by at least one at each bump, so a
+state key that was lost (evicted, deleted) and made again starts above every
+version recorded before it.
+
+The namespace is the tag ``""`` (key ``<namespace>:{}:tag``; no key is
+empty, so no value shares it), carried by every entry: ``invalidate_all``.
+Its key never expires, and missing it reads as version 0 (nothing
+invalidated yet). A tag's key is made or extended by every capture to outlive
+the entries that record it; missing when an entry carrying it is read, the
+entry is stale (its state was lost, or the entry outlived it by ``touch``).
+
+Processes keep the states they read for ``tag_check_interval`` seconds (the
+bound on how late another process's invalidation is seen); with a near cache,
+Redis also tells them of each change (tracking), and the state is dropped at
+once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from .._exceptions import ConfigurationError
+
+__all__ = [
+    "DELETED",
+    "FRESH",
+    "MAX_TAGS",
+    "NAMESPACE",
+    "STALE",
+    "Captured",
+    "TagStates",
+    "TagsUnknown",
+    "bumped_at",
+    "microseconds",
+    "parse_state",
+    "tag_ids",
+    "versions_for",
+]
+
+#: The most tags one entry may carry, and the longest a tag may be (UTF-8 bytes).
+MAX_TAGS = 64
+MAX_TAG_BYTES = 200
+#: The namespace's own tag id.
+NAMESPACE = b""
+#: What a state key's name ends with, after the tag's ``}``.
+SUFFIX = b"}:tag"
+
+#: Verdicts on an entry's recorded versions.
+FRESH, STALE, DELETED = 0, 1, 2
+
+#: The state of a tag whose key is missing: nothing recorded equals it, nothing
+#: is below its deleted version, so an entry carrying it is stale.
+_LOST = (-1, 0)
+_UNSEEN = (0, 0)  # the namespace's, before its first invalidate_all
+_MAX_STATES = 10_000
+_NOT_READ = (0, 0, float("-inf"), False)
+
+
+class Captured(NamedTuple):
+    """The versions an entry records: the namespace's, and each tag's by id."""
+
+    namespace: int
+    tags: tuple[tuple[bytes, int], ...] = ()
+
+
+#: An untagged entry of a namespace never invalidated: stored without a tag block.
+UNTAGGED = Captured(0)
+
+
+class TagsUnknown(Exception):
+    """Internal: an entry's verdict needs the state of these tag ids, which
+    this process has not read lately."""
+
+    def __init__(self, ids: tuple[bytes, ...]) -> None:
+        super().__init__(ids)
+        self.ids = ids
+
+
+def _escape(raw: bytes) -> bytes:
+    if b"}" in raw or b"%" in raw:
+        return raw.replace(b"%", b"%25").replace(b"}", b"%7D")
+    return raw
+
+
+def tag_id(tag: object, argument: str = "tags") -> bytes:
+    """The id of ``tag`` (its UTF-8 name, escaped as keys are), or a
+    :class:`~stampede.ConfigurationError` naming ``argument``."""
+    if not isinstance(tag, str):
+        raise ConfigurationError(f"{argument}: each tag must be a str, got {type(tag).__name__} {tag!r}")
+    if not tag:
+        raise ConfigurationError(f"{argument}: a tag must not be empty")
+    raw = tag.encode("utf-8", "surrogatepass")
+    if len(raw) > MAX_TAG_BYTES:
+        raise ConfigurationError(
+            f"{argument}: tag {tag[:40]!r}... is {len(raw)} bytes long; the limit is {MAX_TAG_BYTES}"
+        )
+    return _escape(raw)
+
+
+def tag_ids(tags: Any, argument: str = "tags") -> tuple[bytes, ...]:
+    """The ids of ``tags`` (a list, tuple or set of str), without repeats, in order."""
+    if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
+        raise ConfigurationError(
+            f"{argument} must be a list or tuple of str, got {type(tags).__name__} {tags!r}"
+            + (f" (one tag: {argument}=[{tags!r}])" if isinstance(tags, str) else "")
+        )
+    ids = tuple(dict.fromkeys(tag_id(tag, argument) for tag in tags))
+    if len(ids) > MAX_TAGS:
+        raise ConfigurationError(f"{argument}: an entry carries at most {MAX_TAGS} tags, got {len(ids)}")
+    return ids
+
+
+def parse_state(raw: Any, tag: bytes) -> tuple[int, int]:
+    """A state key's value as ``(current, deleted)``; missing or foreign: lost
+    (a tag) or never invalidated (the namespace)."""
+    if isinstance(raw, bytes):
+        parts = raw.split(b":")
+        if len(parts) == 3 and all(part.isdigit() for part in parts):
+            return int(parts[0]), int(parts[1])
+    return _UNSEEN if tag == NAMESPACE else _LOST
+
+
+def bumped_at(raw: Any) -> int:
+    """When a state key's tag was last invalidated or deleted (server
+    microseconds), ``0`` if never (or unknown)."""
+    if isinstance(raw, bytes):
+        parts = raw.split(b":")
+        if len(parts) == 3 and parts[2].isdigit():
+            return int(parts[2])
+    return 0
+
+
+def microseconds(server_time: str) -> int:
+    """The server's clock as a lease reports it (seconds, as text) in microseconds."""
+    seconds, _, fraction = server_time.partition(".")
+    return int(seconds) * 1_000_000 + int((fraction + "000000")[:6])
+
+
+def versions_for(
+    ids: tuple[bytes, ...],
+    states: dict[bytes, tuple[int, int]],
+    since_us: int | None = None,
+    bumped: dict[bytes, int] | None = None,
+) -> tuple[tuple[bytes, int], ...]:
+    """What an entry records of ``states`` (read just now): each tag's current
+    version; or, with ``since_us`` (the server's clock when the caller's lease
+    was won, its data being read after that) and when each tag was ``bumped``,
+    a version that makes the entry stale (or missing) when the tag was
+    invalidated (or deleted) since."""
+    recorded = []
+    for tag in ids:
+        current, deleted = states[tag]
+        # In the very microsecond the lease was won counts as after: on the
+        # side of a rebuild more.
+        if since_us is not None and bumped is not None and bumped.get(tag, 0) >= since_us:
+            # Deleted since (its version is of milliseconds): missing; else stale.
+            current = 0 if deleted and deleted >= since_us // 1000 else deleted
+        recorded.append((tag, current))
+    return tuple(recorded)
+
+
+class TagStates:
+    """The tag states this process read lately, by tag id: ``(current,
+    deleted, until, tracked)``, ``until`` on the monotonic clock.
+
+    Filled as the near cache is (a token taken before the ``GET`` is sent, and
+    dropped by any invalidation meanwhile), so that a state filled while
+    tracking is live (``tracked``) stays exact: Redis tells of its change.
+    Such a state is trusted past ``until`` by reads that have just found the
+    tracking connection quiet (near hits, which then send nothing to Redis);
+    others trust a state until ``until`` only.
+    """
+
+    __slots__ = ("_filling", "_lock", "_monotonic", "_states", "interval", "live", "namespace", "prefix")
+
+    def __init__(self, prefix: bytes, interval: float) -> None:
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval <= 60:
+            raise ConfigurationError(
+                f"tag_check_interval must be a number of seconds from 0 to 60, got {interval!r}"
+            )
+        #: What every key of the namespace starts with: tracked invalidations of
+        #: names under it that end in ``}:tag`` are tag states.
+        self.prefix = prefix
+        self.interval = float(interval)
+        # The real clock, whatever clock the instance was given: this bounds
+        # how long a state read from Redis is trusted.
+        self._monotonic = time.monotonic
+        self._states: dict[bytes, tuple[int, int, float, bool]] = {}
+        self._filling: dict[bytes, object] = {}
+        self._lock = threading.Lock()
+        #: The namespace's state, kept apart: every read checks it.
+        self.namespace: tuple[int, int, float, bool] = _NOT_READ
+        self.live = False  # tracked (see the near cache); states expire all the same
+
+    def key(self, tag: bytes) -> bytes:
+        """The Redis name of the state key of tag id ``tag``."""
+        return self.prefix + tag + SUFFIX
+
+    # --- verdicts -----------------------------------------------------------
+
+    def verdict(
+        self,
+        namespace: int,
+        tags: tuple[tuple[bytes, int], ...],
+        strict: bool = True,
+        tracked: bool = False,
+    ) -> int:
+        """:data:`FRESH`, :data:`STALE` or :data:`DELETED` for an entry that
+        recorded these versions. Raises :class:`TagsUnknown` with the ids whose
+        state is not known lately; not ``strict``: those count as unchanged
+        (an entry that just landed, its versions read moments ago).
+        ``tracked``: the caller just found the tracking connection quiet."""
+        now = self._monotonic()
+        tracked = tracked and self.live
+        unknown: list[bytes] = []
+        worst = FRESH
+        state = self.namespace
+        if (now < state[2] or (tracked and state[3])) and namespace <= state[0]:
+            worst = _judge(namespace, state)
+        else:
+            unknown.append(NAMESPACE)
+        states = self._states
+        for tag, version in tags:
+            state = states.get(tag)  # type: ignore[assignment]
+            if (
+                state is None
+                or (now >= state[2] and not (tracked and state[3]))
+                or (version > state[0] and state[0] >= 0)
+            ):
+                # Not read lately, or read before the entry was written (a
+                # state this process holds is older than the entry's: not
+                # a reason to find it stale).
+                unknown.append(tag)
+                continue
+            judged = _judge(version, state)
+            if judged > worst:
+                worst = judged
+        if unknown and strict and worst != DELETED:
+            self._forget(unknown)
+            raise TagsUnknown(tuple(unknown))
+        return worst
+
+    def _forget(self, tags: list[bytes]) -> None:
+        """Drop these states: the next read of them asks Redis."""
+        with self._lock:
+            for tag in tags:
+                if tag == NAMESPACE:
+                    self.namespace = _NOT_READ
+                else:
+                    self._states.pop(tag, None)
+
+    def known(self, ids: Iterable[bytes]) -> dict[bytes, tuple[int, int]] | None:
+        """The states of ``ids`` if all are known lately, else ``None``."""
+        now = self._monotonic()
+        found = {}
+        for tag in ids:
+            state = self.namespace if tag == NAMESPACE else self._states.get(tag)
+            if state is None or now >= state[2]:
+                return None
+            found[tag] = (state[0], state[1])
+        return found
+
+    def missing(self, ids: Iterable[bytes]) -> list[bytes]:
+        """Those of ``ids`` whose state is not known lately."""
+        now = self._monotonic()
+        states = self._states
+        out = []
+        for tag in ids:
+            state = self.namespace if tag == NAMESPACE else states.get(tag)
+            if state is None or now >= state[2]:
+                out.append(tag)
+        return out
+
+    # --- filling ------------------------------------------------------------
+
+    def tag_of(self, name: bytes) -> bytes:
+        """The tag id whose state key is named ``name``."""
+        return name[len(self.prefix) : -len(SUFFIX)]
+
+    def begin_fill(self, name: bytes) -> object:
+        """Before the ``GET`` of the state key ``name`` is sent: a token for :meth:`end_fill`."""
+        token = object()
+        self._filling[self.tag_of(name)] = token
+        return token
+
+    def end_fill(self, name: bytes, token: object | None, raw: Any) -> None:
+        """After the ``GET``: keep the state read unless it changed meanwhile."""
+        tag = self.tag_of(name)
+        with self._lock:
+            if self._filling.get(tag) is token:
+                del self._filling[tag]
+                self._keep(tag, parse_state(raw, tag), self.live)
+
+    def learned(self, tag: bytes, raw: Any) -> tuple[int, int]:
+        """A state this process just wrote (or read with a capture): kept at
+        once, for ``interval`` (no token covered it: a change Redis told of
+        before its reply came would be missed)."""
+        state = parse_state(raw, tag)
+        with self._lock:
+            self._filling.pop(tag, None)
+            self._keep(tag, state, False)
+        return state
+
+    def _keep(self, tag: bytes, state: tuple[int, int], tracked: bool) -> None:
+        kept = (state[0], state[1], self._monotonic() + self.interval, tracked)
+        if tag == NAMESPACE:
+            self.namespace = kept
+            return
+        states = self._states
+        if len(states) >= _MAX_STATES and tag not in states:
+            states.clear()  # a bound on memory; forgetting costs a read
+        states[tag] = kept
+
+    # --- what Redis tells a tracked process ---------------------------------
+
+    def invalidate(self, names: list[bytes] | None) -> None:
+        """Redis says ``names`` changed (``None``: everything, a flush)."""
+        with self._lock:
+            if names is None:
+                self._forget_all()
+                return
+            for name in names:
+                if name.endswith(SUFFIX):
+                    tag = self.tag_of(name)
+                    self._filling.pop(tag, None)
+                    if tag == NAMESPACE:
+                        self.namespace = _NOT_READ
+                    else:
+                        self._states.pop(tag, None)
+
+    def flush(self, *, live: bool) -> None:
+        """The tracking connection was lost, or restored (``live``)."""
+        with self._lock:
+            self._forget_all()
+            self.live = live
+
+    def _forget_all(self) -> None:
+        self._states.clear()
+        self._filling.clear()
+        self.namespace = _NOT_READ
+
+    def forked(self) -> None:
+        """In a child process just forked: the lock may have been held by a
+        thread that did not come along."""
+        self._lock = threading.Lock()
+        self._forget_all()
+        self.live = False
+
+
+def _judge(version: int, state: tuple[int, int, float, bool] | tuple[int, int]) -> int:
+    current, deleted = state[0], state[1]
+    if version == current:
+        return FRESH
+    if version < deleted:
+        return DELETED
+    return STALE
