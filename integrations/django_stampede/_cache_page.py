@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import wraps
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.middleware.cache import CacheMiddleware
 from django.utils.cache import (
@@ -36,13 +37,19 @@ except ImportError:  # Django 5.2
     _split_header_value = None
 from django.views.decorators.cache import cache_page as django_cache_page
 
+from .cache import PAGE_TAGS
+
 __all__ = ["cache_page"]
 
 _View = TypeVar("_View", bound=Callable[..., Any])
 
 
 def cache_page(
-    timeout: float | None, *, cache: str | None = None, key_prefix: str | None = None
+    timeout: float | None,
+    *,
+    cache: str | None = None,
+    key_prefix: str | None = None,
+    tags: Sequence[str] | Callable[..., Sequence[str]] | None = None,
 ) -> Callable[[_View], _View]:
     """Cache a view's page as Django's ``cache_page`` does, with the same
     arguments and rules; for a coroutine view, through the cache's async API.
@@ -50,10 +57,23 @@ def cache_page(
     With ``django_stampede.StampedeCache`` concurrent requests for an async
     view's page are then coalesced: a missing page is rendered once while the
     others wait for it, a stale page once while the others get the stale one.
+
+    ``tags``: the groups the page belongs to, or a function of the view's
+    arguments (``request, *args, **kwargs``) that returns them, so that
+    ``cache.invalidate_tags(...)`` marks the page stale (rendered again once,
+    served stale meanwhile) when what it shows changes.
     """
+    if tags is not None and not callable(tags):
+        if isinstance(tags, str) or not all(isinstance(tag, str) and tag for tag in tags):
+            raise ImproperlyConfigured(
+                "cache_page(tags=...) takes a list of non-empty str, or a function of the "
+                f"view's arguments returning one; got {tags!r}"
+            )
     stock = django_cache_page(timeout, cache=cache, key_prefix=key_prefix)
 
     def decorator(view: _View) -> _View:
+        if tags is not None:
+            view = _tagging(view, tags)
         if not iscoroutinefunction(view):
             return cast(_View, stock(view))
         # Django's middleware for its settings (defaults, alias, prefix) and
@@ -78,6 +98,28 @@ def cache_page(
         return cast(_View, cached_view)
 
     return decorator
+
+
+def _tagging(view: _View, tags: Sequence[str] | Callable[..., Sequence[str]]) -> _View:
+    """``view``, its responses marked with the tags the cache stores them with."""
+
+    def mark(response: Any, request: HttpRequest, args: Any, kwargs: Any) -> Any:
+        setattr(response, PAGE_TAGS, tuple(tags(request, *args, **kwargs) if callable(tags) else tags))
+        return response
+
+    if iscoroutinefunction(view):
+
+        @wraps(view)
+        async def tagged_async(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+            return mark(await view(request, *args, **kwargs), request, args, kwargs)
+
+        return cast(_View, tagged_async)
+
+    @wraps(view)
+    def tagged(request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
+        return mark(view(request, *args, **kwargs), request, args, kwargs)
+
+    return cast(_View, tagged)
 
 
 async def _fetch(middleware: Any, request: HttpRequest) -> Any:

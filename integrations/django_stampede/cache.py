@@ -20,8 +20,9 @@ for a generator.
 
 from __future__ import annotations
 
+import inspect
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from operator import methodcaller
 from typing import Any, TypeAlias, TypeVar
@@ -41,7 +42,11 @@ from ._registry import async_core, sync_core
 request_started.connect(leases.begin_request, dispatch_uid="django_stampede.begin_request")
 request_finished.connect(leases.end_request, dispatch_uid="django_stampede.end_request")
 
-__all__ = ["StampedeCache"]
+__all__ = ["PAGE_TAGS", "StampedeCache"]
+
+#: The attribute of a response that ``django_stampede.cache_page`` stores with
+#: tags: the tags it is stored with.
+PAGE_TAGS = "_stampede_tags"
 
 # cache_page stores a page under two keys: the list of headers the page
 # varies on, then the page itself, and reads them in that order.
@@ -201,26 +206,46 @@ class StampedeCache(BaseCache):
 
     # --- writing ----------------------------------------------------------------
 
-    def set(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> None:
-        self._run(self._set(key, value, timeout, version))
+    def set(
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        tags: Sequence[str] = (),
+    ) -> None:
+        """Store ``value``; ``tags``: the groups it belongs to (see
+        :meth:`invalidate_tags`). A page stored by ``django_stampede.cache_page``
+        carries the decorator's tags."""
+        self._run(self._set(key, value, timeout, version, tags))
 
     async def aset(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        tags: Sequence[str] = (),
     ) -> None:
-        await self._arun(self._set(key, value, timeout, version))
+        await self._arun(self._set(key, value, timeout, version, tags))
 
-    def _set(self, key: Any, value: Any, timeout: Any, version: int | None) -> _Plan[None]:
+    def _set(
+        self, key: Any, value: Any, timeout: Any, version: int | None, tags: Sequence[str] = ()
+    ) -> _Plan[None]:
         with _as_django():
             made, ttl, lease = self._to_write(key, timeout, version)
+            tags = tags or _page_tags(value)
             if ttl == 0:
                 yield _call("delete", made)
             elif lease is None:
-                yield _call("set", made, value, ttl=ttl)
+                yield _call("set", made, value, ttl=ttl, tags=tags)
             elif _is_header_key(key):
                 leases.defer(self._config, lease, value, ttl)
                 return
             else:
-                yield _call("commit", lease, value, ttl=ttl, store_if_lapsed=True)
+                yield _call("commit", lease, value, ttl=ttl, store_if_lapsed=True, tags=tags or None)
             yield from self._commit_deferred()
 
     def _to_write(self, key: Any, timeout: Any, version: int | None) -> tuple[str, int | None, Lease | None]:
@@ -235,18 +260,34 @@ class StampedeCache(BaseCache):
         for lease, value, ttl in leases.take_deferred(self._config):
             yield _call("commit", lease, value, ttl=ttl, store_if_lapsed=True)
 
-    def add(self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None) -> bool:
-        return self._run(self._add(key, value, timeout, version))
+    def add(
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        tags: Sequence[str] = (),
+    ) -> bool:
+        return self._run(self._add(key, value, timeout, version, tags))
 
     async def aadd(
-        self, key: Any, value: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+        self,
+        key: Any,
+        value: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        tags: Sequence[str] = (),
     ) -> bool:
-        return await self._arun(self._add(key, value, timeout, version))
+        return await self._arun(self._add(key, value, timeout, version, tags))
 
-    def _add(self, key: Any, value: Any, timeout: Any, version: int | None) -> _Plan[bool]:
+    def _add(
+        self, key: Any, value: Any, timeout: Any, version: int | None, tags: Sequence[str]
+    ) -> _Plan[bool]:
         with _as_django():
             made, ttl, lease = self._to_write(key, timeout, version)
-            added: bool = yield _call("add", made, value, ttl=1 if ttl == 0 else ttl)
+            added: bool = yield _call("add", made, value, ttl=1 if ttl == 0 else ttl, tags=tags)
             if added and ttl == 0:
                 yield _call("delete", made)  # what would have been added, but stored for no time
             if lease is not None:
@@ -346,16 +387,30 @@ class StampedeCache(BaseCache):
     # --- single flight ------------------------------------------------------------
 
     def get_or_set(
-        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+        self,
+        key: Any,
+        default: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        tags: Sequence[str] = (),
     ) -> Any:
-        return self._run(self._get_or_set(key, default, timeout, version))
+        return self._run(self._get_or_set(key, default, timeout, version, tags))
 
     async def aget_or_set(
-        self, key: Any, default: Any, timeout: Any = DEFAULT_TIMEOUT, version: int | None = None
+        self,
+        key: Any,
+        default: Any,
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        tags: Sequence[str] = (),
     ) -> Any:
-        return await self._arun(self._get_or_set(key, default, timeout, version))
+        return await self._arun(self._get_or_set(key, default, timeout, version, tags))
 
-    def _get_or_set(self, key: Any, default: Any, timeout: Any, version: int | None) -> _Plan[Any]:
+    def _get_or_set(
+        self, key: Any, default: Any, timeout: Any, version: int | None, tags: Sequence[str]
+    ) -> _Plan[Any]:
         with _as_django():
             made, ttl, lease = self._to_write(key, timeout, version)
             if lease is not None or ttl == 0:
@@ -365,9 +420,101 @@ class StampedeCache(BaseCache):
                 if lease is not None and ttl == 0:
                     yield _call("release", lease)
                 elif lease is not None:
-                    yield _call("commit", lease, value, ttl=ttl, store_if_lapsed=True)
+                    yield _call("commit", lease, value, ttl=ttl, store_if_lapsed=True, tags=tags or None)
                 return value
-            return (yield _call("get_or_rebuild", made, _rebuilder(default), ttl=ttl))
+            return (yield _call("get_or_rebuild", made, _rebuilder(default), ttl=ttl, tags=tags))
+
+    def get_or_set_many(
+        self,
+        keys: Iterable[Any],
+        default_many: Callable[[list[Any]], Any],
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        tags: Sequence[str] = (),
+    ) -> dict[Any, Any]:
+        """``get_or_set`` for many keys at once: ``{key: value}``.
+
+        Fresh keys cost one Redis read for the whole batch.
+        ``default_many(keys)`` is called once with the missing or stale keys
+        this request won the right to rebuild, and returns a dict of them to
+        their values (a key left out is neither stored nor returned); keys
+        that another request rebuilds are waited for, or served stale. Each
+        key is rebuilt once across every process."""
+        return self._run(self._get_or_set_many(keys, default_many, timeout, version, tags))
+
+    async def aget_or_set_many(
+        self,
+        keys: Iterable[Any],
+        default_many: Callable[[list[Any]], Any],
+        timeout: Any = DEFAULT_TIMEOUT,
+        version: int | None = None,
+        *,
+        tags: Sequence[str] = (),
+    ) -> dict[Any, Any]:
+        return await self._arun(self._get_or_set_many(keys, default_many, timeout, version, tags))
+
+    def _get_or_set_many(
+        self,
+        keys: Iterable[Any],
+        default_many: Callable[[list[Any]], Any],
+        timeout: Any,
+        version: int | None,
+        tags: Sequence[str],
+    ) -> _Plan[dict[Any, Any]]:
+        with _as_django():
+            named = {self.make_and_validate_key(key, version=version): key for key in keys}
+            ttl = self.get_backend_timeout(timeout)
+            if ttl == 0:
+                return dict(_mapping_of(default_many(list(named.values()))))
+
+            def by_name(made: list[str], built: Any) -> dict[str, Any]:
+                built = _mapping_of(built)
+                return {name: built[named[name]] for name in made if named[name] in built}
+
+            rebuild_many: Callable[[list[str]], Any]
+            if inspect.iscoroutinefunction(default_many):  # aget_or_set_many's, awaited
+
+                async def rebuild_many(made: list[str]) -> Any:
+                    return by_name(made, await default_many([named[name] for name in made]))
+
+            else:
+
+                def rebuild_many(made: list[str]) -> Any:
+                    return by_name(made, default_many([named[name] for name in made]))
+
+            found = yield _call("get_or_rebuild_many", list(named), rebuild_many, ttl=ttl, tags=tags)
+            return {named[name]: value for name, value in found.items()}
+
+    # --- groups ---------------------------------------------------------------------
+
+    def invalidate_tags(self, *tags: str) -> None:
+        """Mark every entry carrying any of ``tags`` stale, in every process:
+        each is served stale while one request refreshes it. One Redis command
+        per tag, however many entries carry it."""
+        self._run(self._groups("invalidate_tags", tags))
+
+    async def ainvalidate_tags(self, *tags: str) -> None:
+        await self._arun(self._groups("invalidate_tags", tags))
+
+    def delete_tags(self, *tags: str) -> None:
+        """Make every entry carrying any of ``tags`` read as missing: one request
+        rebuilds each while the others wait."""
+        self._run(self._groups("delete_tags", tags))
+
+    async def adelete_tags(self, *tags: str) -> None:
+        await self._arun(self._groups("delete_tags", tags))
+
+    def invalidate_all(self) -> None:
+        """Mark every entry of this cache stale (softly, as :meth:`invalidate_tags`);
+        ``clear()`` is the hard one. One Redis command."""
+        self._run(self._groups("invalidate_all", ()))
+
+    async def ainvalidate_all(self) -> None:
+        await self._arun(self._groups("invalidate_all", ()))
+
+    def _groups(self, method: str, tags: tuple[str, ...]) -> _Plan[None]:
+        yield _call(method, *tags)
 
     # --- versions ----------------------------------------------------------------
 
@@ -407,6 +554,20 @@ def _as_django() -> Iterator[None]:
         if exc.__cause__ is None:
             raise
         raise exc.__cause__ from None
+
+
+def _mapping_of(built: Any) -> Any:
+    if inspect.iscoroutine(built):
+        built.close()
+        raise TypeError("default_many is a coroutine function: call aget_or_set_many")
+    if not hasattr(built, "items"):
+        raise TypeError(f"default_many must return a dict of the keys it was given, got {built!r}")
+    return built
+
+
+def _page_tags(value: Any) -> Sequence[str]:
+    """The tags ``django_stampede.cache_page`` gave a response it stores."""
+    return getattr(value, PAGE_TAGS, ())
 
 
 def _is_header_key(key: Any) -> bool:

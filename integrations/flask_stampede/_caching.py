@@ -15,7 +15,7 @@ import pickle
 import re
 import threading
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from urllib.parse import quote
@@ -286,7 +286,9 @@ class StampedeCache(BaseCache):
             self._held()[name] = read.lease
         return read.value
 
-    def set(self, key: str, value: Any, timeout: Any = None) -> bool:
+    def set(self, key: str, value: Any, timeout: Any = None, *, tags: Sequence[str] = ()) -> bool:
+        """Store ``value``; ``tags`` (``cache.set(key, value, tags=[...])``): the
+        groups it belongs to (see :meth:`invalidate_tags`)."""
         name = self.key_prefix + key
         ttl = self._ttl(timeout)
         lease = self._held().pop(name, None)
@@ -294,10 +296,19 @@ class StampedeCache(BaseCache):
             if ttl is False:
                 self.stampede.delete(name)
             elif lease is not None:
-                self.stampede.commit(lease, value, ttl=ttl, store_if_lapsed=True)
+                self.stampede.commit(lease, value, ttl=ttl, store_if_lapsed=True, tags=tags or None)
             else:
-                self.stampede.set(name, value, ttl=ttl)
+                self.stampede.set(name, value, ttl=ttl, tags=tags)
         return True
+
+    def invalidate_tags(self, *tags: str) -> None:
+        """Mark every entry carrying any of ``tags`` stale in every process
+        (``cache.cache.invalidate_tags(...)``: Flask-Caching has no such call)."""
+        self.stampede.invalidate_tags(*tags)
+
+    def delete_tags(self, *tags: str) -> None:
+        """Make every entry carrying any of ``tags`` read as missing."""
+        self.stampede.delete_tags(*tags)
 
     def add(self, key: str, value: Any, timeout: Any = None) -> bool:
         name = self.key_prefix + key

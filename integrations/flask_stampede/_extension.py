@@ -8,7 +8,7 @@ import inspect
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -143,6 +143,7 @@ class Stampede:
         wait_timeout: float = UNSET,
         lease_ttl: float = UNSET,
         beta: float | None = UNSET,
+        tags: Sequence[str] | Callable[..., Sequence[str]] = (),
     ) -> Callable[[F], F]:
         """Cache a view's whole response (status, headers, body), one render
         per expiry across every process.
@@ -154,7 +155,9 @@ class Stampede:
         ``response_filter`` refuses are served but not stored (stale-if-error:
         a stale copy is served instead while one exists). Sync and async
         views alike; background refreshes run in threads with a copy of the
-        request context.
+        request context. ``tags``: the groups the page belongs to, or a
+        function of the view's arguments returning them (see
+        :meth:`invalidate_tags`).
         """
         overrides = _overrides(
             ttl=ttl,
@@ -175,7 +178,7 @@ class Stampede:
                     return current_app.ensure_sync(view)(*args, **kwargs)
                 key = _view_key(key_prefix, query_string, make_cache_key, args, kwargs)
                 options = state.settings.options.merged(overrides)
-                read = state.core.read(key, **read_overrides)
+                read = state.core.read(key, tags=_tags_of(tags, args, kwargs), **read_overrides)
                 if read.found:
                     return _replayed(read.value, state.settings, options)
 
@@ -235,6 +238,7 @@ class Stampede:
         wait_timeout: float = UNSET,
         lease_ttl: float = UNSET,
         beta: float | None = UNSET,
+        tags: Sequence[str] | Callable[..., Sequence[str]] = (),
     ) -> Callable[[F], F]:
         """Cache a function's results per arguments (sync or async functions),
         one call per expiry across every process.
@@ -244,7 +248,9 @@ class Stampede:
         arguments). ``None`` results are not stored unless ``cache_none``.
         Async functions refresh inline: Flask cancels an async view's tasks
         when it returns. The function gains ``delete(*args)`` and
-        ``invalidate(*args)``; see also :meth:`delete_memoized`.
+        ``invalidate(*args)``; see also :meth:`delete_memoized`. ``tags``: the
+        groups a result belongs to, or a function of the same arguments
+        returning them (see :meth:`invalidate_tags`).
         """
         overrides = _overrides(
             ttl=ttl,
@@ -279,7 +285,7 @@ class Stampede:
 
                     # Inline refresh only: Flask cancels the tasks of an async
                     # view when it returns, a background task among them.
-                    inline = {**overrides, "background": False}
+                    inline = {**overrides, "background": False, "tags": _tags_of(tags, args, kwargs)}
                     try:
                         return (
                             await _state()
@@ -298,7 +304,10 @@ class Stampede:
                         return func(*args, **kwargs)
                     try:
                         return _state().core.get_or_rebuild(
-                            key_of(*args, **kwargs), lambda: checked(func(*args, **kwargs)), **overrides
+                            key_of(*args, **kwargs),
+                            lambda: checked(func(*args, **kwargs)),
+                            tags=_tags_of(tags, args, kwargs),
+                            **overrides,
                         )
                     except Uncacheable as passed:
                         return passed.result
@@ -312,6 +321,37 @@ class Stampede:
 
         return decorate
 
+    def get_or_rebuild_many(
+        self, keys: Iterable[Any], rebuild_many: Callable[[list[Any]], Any], **options: Any
+    ) -> dict[Any, Any]:
+        """The app's :meth:`stampede.Stampede.get_or_rebuild_many`: many keys in
+        one read, the missing ones rebuilt by one call of ``rebuild_many``."""
+        return _state().core.get_or_rebuild_many(keys, rebuild_many, **options)
+
+    async def aget_or_rebuild_many(
+        self, keys: Iterable[Any], rebuild_many: Callable[[list[Any]], Any], **options: Any
+    ) -> dict[Any, Any]:
+        """:meth:`get_or_rebuild_many` for async views (``rebuild_many`` may be a
+        coroutine function)."""
+        return await _state().async_core().get_or_rebuild_many(keys, rebuild_many, **options)
+
+    # --- groups ---------------------------------------------------------------------
+
+    def invalidate_tags(self, *tags: str) -> None:
+        """Mark every page and result carrying any of ``tags`` stale, in every
+        process: each is served stale while one request refreshes it. One
+        Redis command per tag, however many entries carry it."""
+        _state().core.invalidate_tags(*tags)
+
+    def delete_tags(self, *tags: str) -> None:
+        """Make every page and result carrying any of ``tags`` read as missing:
+        one request renders each while the others wait."""
+        _state().core.delete_tags(*tags)
+
+    def invalidate_all(self) -> None:
+        """Mark everything of this app's namespace stale, softly, in one command."""
+        _state().core.invalidate_all()
+
     def delete_memoized(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
         """Forget a memoized function's results: for these arguments, or,
         with none, for every call. Returns how many were deleted."""
@@ -321,6 +361,13 @@ class Stampede:
         if args or kwargs:
             return int(core.delete(key_of(*args, **kwargs)))
         return core.delete_prefix(f"{target.__module__}.{target.__qualname__}(")
+
+
+def _tags_of(
+    tags: Sequence[str] | Callable[..., Sequence[str]], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Sequence[str]:
+    """A decorator's tags for one call: given, or computed from the call's arguments."""
+    return tags(*args, **kwargs) if callable(tags) else tags
 
 
 def _overrides(**values: Any) -> dict[str, Any]:
