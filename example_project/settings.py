@@ -6,12 +6,15 @@ Redis cache. ``EXAMPLE_TTL``: seconds a page is fresh; ``EXAMPLE_STALE_TTL``:
 seconds after that it may be served stale. ``EXAMPLE_REBUILD_SECONDS``: how
 long the expensive part takes. ``EXAMPLE_WAIT_TIMEOUT``: how long a request
 waits for another's rebuild. ``EXAMPLE_KEY_PREFIX``: a prefix for every
-cache key, so one Redis can hold several runs apart.
+cache key, so one Redis can hold several runs apart. ``EXAMPLE_DATABASE``:
+the SQLite file of the Django site's products (default: one in the temporary
+directory, per key prefix).
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
@@ -29,6 +32,12 @@ class Settings:
     rebuild_seconds: float
     wait_timeout: float
     key_prefix: str
+    database: str = ""
+
+    @property
+    def database_path(self) -> str:
+        """Where the Django site keeps its products."""
+        return self.database or os.path.join(tempfile.gettempdir(), f"stampede-{self.key_prefix}.sqlite3")
 
 
 def _number(name: str, default: str, kind: type[float] | type[int]) -> float:
@@ -57,4 +66,5 @@ def load() -> Settings:
         # Waiting requests should outlast the rebuild they wait for, however slow it is made.
         wait_timeout=_number("EXAMPLE_WAIT_TIMEOUT", str(max(10.0, 3 * rebuild_seconds)), float),
         key_prefix=os.environ.get("EXAMPLE_KEY_PREFIX", "example"),
+        database=os.environ.get("EXAMPLE_DATABASE", ""),
     )

@@ -21,11 +21,13 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 
-INSTALLED_APPS: list[str] = []
+INSTALLED_APPS = ["example_project.django_site.catalog"]
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "example_project.django_site.urls"
 WSGI_APPLICATION = "example_project.django_site.wsgi.application"
-DATABASES: dict[str, Any] = {}
+DATABASES: dict[str, Any] = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": EXAMPLE.database_path}
+}
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",

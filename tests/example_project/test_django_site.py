@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import redis
 
-MANAGE = Path(__file__).resolve().parents[2] / "example_project" / "manage.py"
+from example_project.expensive import runs_key
+from stampede.testing._app_servers import AppServer
+
+ROOT = Path(__file__).resolve().parents[2]
+MANAGE = ROOT / "example_project" / "manage.py"
 
 
 @pytest.mark.parametrize("cache", ["stampede", "stock"])
@@ -40,3 +46,46 @@ def test_a_bad_cache_setting_is_named(redis_url: str) -> None:
     )
     assert result.returncode != 0
     assert "EXAMPLE_CACHE" in result.stderr
+
+
+def post(port: int, path: str, form: str) -> int:
+    """The status of a form's POST (its redirect not followed)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.request("POST", path, form, {"Content-Type": "application/x-www-form-urlencoded"})
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("cache", ["stampede", "stock"])
+def test_saving_a_product_marks_its_pages_stale(
+    redis_url: str, client: redis.Redis, namespace: str, cache: str, tmp_path: Path
+) -> None:
+    # Under a real server (waitress), with the site's own settings: its
+    # post_save receiver invalidates the product's tag.
+    prefix = f"{namespace}-{cache}"
+    env = {
+        "REDIS_URL": redis_url,
+        "EXAMPLE_CACHE": cache,
+        "EXAMPLE_KEY_PREFIX": prefix,
+        "EXAMPLE_DATABASE": str(tmp_path / "example.sqlite3"),
+        "EXAMPLE_REBUILD_SECONDS": "0",
+        "DJANGO_SETTINGS_MODULE": "example_project.django_site.settings",
+    }
+    app = "example_project.django_site.wsgi:application"
+    with AppServer(app, "waitress", env=env, pythonpath=[ROOT], log=tmp_path / "server.log") as site:
+        first = site.get("/products/1/")[1]
+        assert b'data-price="249.00"' in first
+        other = site.get("/products/2/")[1]
+        assert site.get("/products/1/")[1] == first  # cached
+        assert post(site.port, "/products/1/edit/", "price=199.50") == 302
+        again = site.get("/products/1/")[1]
+        assert site.get("/products/2/")[1] == other
+    runs = [entry.decode().split()[0] for entry in client.lrange(runs_key(prefix), 0, -1)]
+    if cache == "stampede":
+        assert b'data-price="199.50"' in again  # rendered again, once
+        assert runs == ["django:product-1", "django:product-2", "django:product-1"]
+    else:
+        assert again == first  # Django's RedisCache has no groups: stale until it expires
+        assert runs == ["django:product-1", "django:product-2"]

@@ -37,6 +37,7 @@ def make_app(redis_url: str, namespace: str) -> Iterator[Callable[[str], Flask]]
 
     yield make
     for app in made:  # close the apps' Redis clients
+        app.extensions["example-products"].close()
         if "stampede" in app.extensions:
             app.extensions["stampede"].core.client.close()
         for backend in app.extensions.get("cache", {}).values():
@@ -86,3 +87,28 @@ def test_bad_settings_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("EXAMPLE_TTL", "soon")
     with pytest.raises(ValueError, match="EXAMPLE_TTL"):
         create_app()
+
+
+def _price(body: bytes) -> str:
+    match = re.search(rb'data-price="([0-9.]+)"', body)
+    assert match is not None, body
+    return match.group(1).decode()
+
+
+@pytest.mark.parametrize("cache", ["stampede", "stock"])
+def test_editing_a_product_renders_its_page_again_once(
+    make_app: Callable[[str], Flask], client: redis.Redis, namespace: str, cache: str
+) -> None:
+    app = make_app(cache)
+    with app.test_client() as browser:
+        assert _price(browser.get("/products/1").data) == "249.00"
+        other = browser.get("/products/2").data
+        assert _price(browser.get("/products/1").data) == "249.00"
+        assert browser.post("/products/1/edit", data={"price": "199.50"}).status_code == 302
+        assert _price(browser.get("/products/1").data) == "199.50"
+        assert _price(browser.get("/products/1").data) == "199.50"
+        assert browser.get("/products/2").data == other  # not shown there: not rendered again
+        assert browser.post("/products/1/edit", data={"price": "cheap"}).status_code == 400
+        assert browser.get("/products/9").status_code == 404
+    runs = [entry.decode().split()[0] for entry in client.lrange(runs_key(f"{namespace}-{cache}"), 0, -1)]
+    assert runs == ["flask:product-1", "flask:product-2", "flask:product-1"]

@@ -1,0 +1,1 @@
+"""The example site's products: editing one marks every page that shows it stale."""
