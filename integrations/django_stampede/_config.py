@@ -34,7 +34,10 @@ _STAMPEDE_OPTIONS = {
     "FAIL_OPEN": "fail_open",
     "MAX_VALUE_SIZE": "max_value_size",
 }
-_OTHER_OPTIONS = {"NAMESPACE", "SERIALIZER", "SIGNING_KEY", "ON_EVENT", "SENTINELS", "NEAR_CACHE"}
+_OTHER_OPTIONS = {
+    *("NAMESPACE", "SERIALIZER", "SIGNING_KEY", "ON_EVENT", "SENTINELS", "NEAR_CACHE"),
+    "TAG_CHECK_INTERVAL",
+}
 #: The keys of a dict ``NEAR_CACHE``, as stampede.NearCache's fields.
 _NEAR_CACHE_KEYS = {
     "MAX_ENTRIES": "max_entries",
@@ -82,6 +85,7 @@ def improperly_configured(exc: stampede.ConfigurationError) -> ImproperlyConfigu
     names = {
         "namespace": "NAMESPACE",
         "near_cache": "NEAR_CACHE",
+        "tag_check_interval": "TAG_CHECK_INTERVAL",
         **{field: key for key, field in _STAMPEDE_OPTIONS.items()},
     }
     setting = next((key for field, key in names.items() if text.startswith(field + " ")), None)
@@ -290,6 +294,7 @@ class CacheConfig:
     on_event: stampede.EventHook | None
     signing_keys: tuple[bytes, ...] | None = None  # never shown
     near_cache: stampede.NearCache | None = None
+    tag_check_interval: float = 0.1
     pool_key: Any = None  # pool_options, hashable: what comparisons use
 
     def __repr__(self) -> str:
@@ -360,6 +365,7 @@ class CacheConfig:
             on_event=on_event,
             signing_keys=_signing_keys(raw),
             near_cache=_near_cache(raw.get("NEAR_CACHE"), servers),
+            tag_check_interval=raw.get("TAG_CHECK_INTERVAL", 0.1),
         )
 
     def sync_client(self, url: str) -> Any:
@@ -399,4 +405,5 @@ class CacheConfig:
             "signing_key": self.signing_keys,
             "on_event": self.on_event,
             "near_cache": self.near_cache,
+            "tag_check_interval": self.tag_check_interval,
         }

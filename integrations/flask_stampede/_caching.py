@@ -38,7 +38,10 @@ _CORE_OPTIONS = {
     "beta",
     "fail_open",
 }
-_OWN_OPTIONS = {"namespace", "serializer", "signing_key", "redis_options", "on_event", "near_cache"}
+_OWN_OPTIONS = {
+    *("namespace", "serializer", "signing_key", "redis_options", "on_event", "near_cache"),
+    "tag_check_interval",
+}
 _HELD = "_flask_stampede_leases"
 
 

@@ -39,6 +39,7 @@ _OWN = {
     "STAMPEDE_CACHE_CONTROL",
     "STAMPEDE_ON_EVENT",
     "STAMPEDE_NEAR_CACHE",
+    "STAMPEDE_TAG_CHECK_INTERVAL",
 }
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 
@@ -138,6 +139,7 @@ class Settings:
     signing_keys: tuple[bytes, ...] | None = field(default=None, compare=False)  # never shown
     on_event: stampede.EventHook | None = None
     near_cache: stampede.NearCache | None = None
+    tag_check_interval: float = 0.1
 
     def __repr__(self) -> str:
         # Printed by error reporters and debuggers: no password in it.
@@ -158,6 +160,7 @@ class Settings:
             "signing_key": self.signing_keys,
             "on_event": self.on_event,
             "near_cache": self.near_cache if near else None,
+            "tag_check_interval": self.tag_check_interval,
         }
 
     @classmethod
@@ -213,4 +216,5 @@ class Settings:
             signing_keys=signing_keys(config),
             on_event=event_hook(config.get("STAMPEDE_ON_EVENT")),
             near_cache=near,
+            tag_check_interval=config.get("STAMPEDE_TAG_CHECK_INTERVAL", 0.1),
         )

@@ -116,7 +116,11 @@ class Stampede:
         try:
             core = stampede.Stampede(client, **settings.core_kwargs())
         except stampede.ConfigurationError as exc:
-            named = {"namespace": "STAMPEDE_NAMESPACE", "near_cache": "STAMPEDE_NEAR_CACHE"}
+            named = {
+                "namespace": "STAMPEDE_NAMESPACE",
+                "near_cache": "STAMPEDE_NEAR_CACHE",
+                "tag_check_interval": "STAMPEDE_TAG_CHECK_INTERVAL",
+            }
             setting = named.get(str(exc).split(" ", 1)[0], "STAMPEDE_REDIS_OPTIONS")
             raise stampede.ConfigurationError(f"flask_stampede: {setting} is invalid: {exc}") from exc
         app.extensions["stampede"] = _State(settings, core)

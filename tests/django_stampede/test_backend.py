@@ -28,6 +28,7 @@ def backend(**options: Any) -> StampedeCache:
         (URL, {"LEASE_TTL": "5"}, r"OPTIONS\['LEASE_TTL'\] is invalid"),
         (URL, {"ON_WAIT_TIMEOUT": "wait"}, r"OPTIONS\['ON_WAIT_TIMEOUT'\] is invalid"),
         (URL, {"NAMESPACE": "a{b"}, r"OPTIONS\['NAMESPACE'\] is invalid"),
+        (URL, {"TAG_CHECK_INTERVAL": -1}, r"OPTIONS\['TAG_CHECK_INTERVAL'\] is invalid: tag_check_interval"),
         (
             URL,
             {"SERIALIZER": "yaml.nope"},

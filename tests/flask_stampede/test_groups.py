@@ -115,3 +115,12 @@ def test_a_batch_through_the_extension_is_built_once_across_threads() -> None:
         before = int(client.info("stats")["total_commands_processed"])
         assert ext.get_or_rebuild_many(keys, build, ttl=600) == results[0]
         assert int(client.info("stats")["total_commands_processed"]) - before <= 1 + 3
+
+
+def test_the_tag_check_interval_is_a_setting() -> None:
+    app, ext, cache, _ = make_app(STAMPEDE_TAG_CHECK_INTERVAL=2.5, CACHE_OPTIONS={"tag_check_interval": 1.5})
+    with app.app_context():
+        assert ext.stampede._settings.tags.interval == 2.5
+        assert cache.cache.stampede._settings.tags.interval == 1.5
+    with pytest.raises(stampede.ConfigurationError, match="STAMPEDE_TAG_CHECK_INTERVAL is invalid"):
+        make_app(STAMPEDE_TAG_CHECK_INTERVAL="often")
