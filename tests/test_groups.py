@@ -230,6 +230,23 @@ def test_tagged_integers_count_and_tagged_values_resist_tampering(
         assert sf.get("v") is None
 
 
+def test_a_cached_function_carries_tags(sf: stampede.Stampede) -> None:
+    calls: list[int] = []
+
+    @sf.cached(ttl=600, tags=lambda user: [f"user:{user}"])
+    def profile(user: int) -> str:
+        calls.append(user)
+        return f"user {user}, call {len(calls)}"
+
+    assert profile(1) == "user 1, call 1"
+    assert profile(2) == "user 2, call 2"
+    sf.invalidate_tags("user:1")
+    assert not sf.get(profile.key(1)).is_fresh()
+    assert sf.get(profile.key(2)).is_fresh()
+    with pytest.raises(stampede.ConfigurationError, match="tags must be a list"):
+        sf.cached(tags="user")
+
+
 def test_tags_are_checked(make_driver: Any) -> None:
     sf = make_driver()
     with pytest.raises(

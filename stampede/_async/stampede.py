@@ -624,6 +624,7 @@ class Stampede(AsyncOperations):
         background: bool = UNSET,
         beta: float | None = UNSET,
         key: str | Callable[..., str] | None = None,
+        tags: Sequence[str] | Callable[..., Sequence[str]] = (),
     ) -> Callable[[Callable[..., Any]], CachedFunction[Awaitable[Any]]]:
         """Decorate a function so its results are cached with :meth:`get_or_rebuild`.
 
@@ -631,7 +632,8 @@ class Stampede(AsyncOperations):
         ``repr`` of its bound arguments, unless ``key`` (a fixed string, or a
         function of the same arguments returning one) says otherwise. The
         decorated function gains ``key(*args)``, ``invalidate(*args)`` and
-        ``delete(*args)``.
+        ``delete(*args)``. ``tags``: the groups each result belongs to, or a
+        function of the same arguments returning them.
         """
         overrides: dict[str, Any] = dict(
             ttl=ttl,
@@ -642,6 +644,8 @@ class Stampede(AsyncOperations):
             beta=beta,
         )
         self._call_options(**overrides)  # reject bad options when decorating
+        if not callable(tags):
+            self._settings.tag_ids(tags)  # and bad tags
 
         def decorate(func: Callable[..., Any]) -> CachedFunction[Awaitable[Any]]:
             key_of = key_builder(func, key)
@@ -649,7 +653,10 @@ class Stampede(AsyncOperations):
             @functools.wraps(func)
             async def wrapper(*args: Any, **kwargs: Any) -> Any:
                 return await self.get_or_rebuild(
-                    key_of(*args, **kwargs), functools.partial(func, *args, **kwargs), **overrides
+                    key_of(*args, **kwargs),
+                    functools.partial(func, *args, **kwargs),
+                    tags=tags(*args, **kwargs) if callable(tags) else tags,
+                    **overrides,
                 )
 
             return CachedFunction.attach(wrapper, key_of, self.invalidate, self.delete)

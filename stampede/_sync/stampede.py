@@ -619,6 +619,7 @@ class Stampede(Operations):
         background: bool = UNSET,
         beta: float | None = UNSET,
         key: str | Callable[..., str] | None = None,
+        tags: Sequence[str] | Callable[..., Sequence[str]] = (),
     ) -> Callable[[Callable[..., Any]], CachedFunction[Any]]:
         """Decorate a function so its results are cached with :meth:`get_or_rebuild`.
 
@@ -626,7 +627,8 @@ class Stampede(Operations):
         ``repr`` of its bound arguments, unless ``key`` (a fixed string, or a
         function of the same arguments returning one) says otherwise. The
         decorated function gains ``key(*args)``, ``invalidate(*args)`` and
-        ``delete(*args)``.
+        ``delete(*args)``. ``tags``: the groups each result belongs to, or a
+        function of the same arguments returning them.
         """
         overrides: dict[str, Any] = dict(
             ttl=ttl,
@@ -637,6 +639,8 @@ class Stampede(Operations):
             beta=beta,
         )
         self._call_options(**overrides)  # reject bad options when decorating
+        if not callable(tags):
+            self._settings.tag_ids(tags)  # and bad tags
 
         def decorate(func: Callable[..., Any]) -> CachedFunction[Any]:
             key_of = key_builder(func, key)
@@ -644,7 +648,10 @@ class Stampede(Operations):
             @functools.wraps(func)
             def wrapper(*args: Any, **kwargs: Any) -> Any:
                 return self.get_or_rebuild(
-                    key_of(*args, **kwargs), functools.partial(func, *args, **kwargs), **overrides
+                    key_of(*args, **kwargs),
+                    functools.partial(func, *args, **kwargs),
+                    tags=tags(*args, **kwargs) if callable(tags) else tags,
+                    **overrides,
                 )
 
             return CachedFunction.attach(wrapper, key_of, self.invalidate, self.delete)
