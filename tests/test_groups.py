@@ -157,6 +157,56 @@ def test_a_lease_committed_with_tags_after_an_invalidation_stores_a_stale_value(
     assert sf.get("k3") is None
 
 
+def test_an_invalidation_of_a_tag_nothing_carried_yet_reaches_a_lease_committed_with_it(
+    make_driver: Any,
+) -> None:
+    # No entry carries "new-tag" yet, so it has no state: the bump makes one,
+    # for a lease won before it and committed with the tag after.
+    sf = make_driver()
+    read = sf.read("k")
+    sf.invalidate_tags("new-tag")
+    assert sf.commit(read.lease, "read before the change", tags=["new-tag"])
+    assert not sf.get("k").is_fresh()
+
+
+def test_a_value_of_a_deleted_tag_is_missing_to_incr_touch_and_delete_prefix_keeps_tags(
+    make_driver: Any, client: redis.Redis, keys: Any
+) -> None:
+    sf = make_driver()
+    sf.set("n", 5, tags=["t"])
+    sf.set("page", "p", tags=["t"])
+    sf.delete_tags("t")
+    assert sf.incr("n") is None  # as get() sees it: missing
+    assert not sf.touch("page", ttl=60)
+    assert sf.get("n") is None
+    assert client.exists(keys("n").value) == 0
+    sf.set("user:1", "ann", tags=["user:1"])
+    sf.delete_prefix("user")
+    assert client.exists(keys.prefix + b"user:1}:tag") == 1  # a group of its own
+    sf.clear()
+    assert client.exists(keys.prefix + b"user:1}:tag") == 0
+
+
+def test_a_failed_read_of_a_tag_state_is_not_taken_for_one(
+    make_driver: Any, client: redis.Redis, keys: Any
+) -> None:
+    events: list[stampede.EventKind] = []
+    sf = make_driver(tag_check_interval=60)
+    other = make_driver(tag_check_interval=60, on_event=lambda event: events.append(event.kind))
+    sf.set("k", "before", ttl=600, stale_ttl=600)
+    sf.invalidate_all()
+    client.delete(keys.prefix + b"}:tag")
+    client.rpush(keys.prefix + b"}:tag", b"not a string")  # its GET fails (WRONGTYPE)
+    rebuild = Rebuilds()
+    # Not served as fresh: the caller tries to refresh it, and is served it
+    # stale when Redis fails that too (it cannot record the namespace's state).
+    assert other.get_or_rebuild("k", rebuild, ttl=600) == "before"
+    assert stampede.EventKind.HIT not in events
+    assert stampede.EventKind.LEASE_WON in events
+    assert rebuild.calls == 0
+    client.delete(keys.prefix + b"}:tag")
+
+
 def test_invalidating_a_tag_costs_one_command_whatever_it_covers(make_driver: Any, server: Any) -> None:
     # A server of its own: 10,000 keys with a TTL would slow the shared one's
     # active expiry, which other tests wait for.

@@ -55,12 +55,18 @@ _HEADER_KEY_PREFIX = "views.decorators.cache.cache_header."
 _T = TypeVar("_T")
 #: A call of the backend: yields the core calls it needs, receives their
 #: replies, and returns what the backend method returns.
-_Plan: TypeAlias = Generator[methodcaller, Any, _T]
+_Plan: TypeAlias = Generator[Callable[[Any], Any], Any, _T]
 
 
 def _call(method: str, *args: Any, **kwargs: Any) -> methodcaller:
     """The step of a plan that calls ``method`` of the core with these arguments."""
     return methodcaller(method, *args, **kwargs)
+
+
+def _computed(function: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
+    """The step of a plan that calls the user's ``function`` (awaited by ``_arun``
+    if it returns an awaitable: an ``a*`` method's coroutine function)."""
+    return lambda core: function(*args)
 
 
 class StampedeCache(BaseCache):
@@ -99,7 +105,9 @@ class StampedeCache(BaseCache):
             core = self.astampede  # looked up at the plan's first call: some make none
             while True:
                 try:
-                    reply = await call(core)
+                    reply = call(core)
+                    if inspect.isawaitable(reply):  # the core's always; a user's function's maybe
+                        reply = await reply
                 except BaseException as exc:  # cancellation too: the plan sees it at its call
                     call = plan.throw(exc)
                 else:
@@ -465,26 +473,40 @@ class StampedeCache(BaseCache):
         with _as_django():
             named = {self.make_and_validate_key(key, version=version): key for key in keys}
             ttl = self.get_backend_timeout(timeout)
-            if ttl == 0:
-                return dict(_mapping_of(default_many(list(named.values()))))
 
             def by_name(made: list[str], built: Any) -> dict[str, Any]:
                 built = _mapping_of(built)
                 return {name: built[named[name]] for name in made if named[name] in built}
 
-            rebuild_many: Callable[[list[str]], Any]
-            if inspect.iscoroutinefunction(default_many):  # aget_or_set_many's, awaited
+            # Keys this request already rebuilds (its get missed): computed here,
+            # never waited for; with a timeout of 0, every key, and none stored.
+            held = {name: lease for name in named if (lease := leases.take(self._config, name))}
+            built: dict[str, Any] = {}
+            mine = list(named) if ttl == 0 else list(held)
+            if mine:
+                built = by_name(mine, (yield _computed(default_many, [named[name] for name in mine])))
+            for name, lease in held.items():
+                if ttl == 0 or name not in built:
+                    yield _call("release", lease)
+                else:
+                    yield _call(
+                        "commit", lease, built[name], ttl=ttl, store_if_lapsed=True, tags=tags or None
+                    )
+            rest = [] if ttl == 0 else [name for name in named if name not in held]
+            if rest:
+                rebuild_many: Callable[[list[str]], Any]
+                if inspect.iscoroutinefunction(default_many):  # aget_or_set_many's, awaited
 
-                async def rebuild_many(made: list[str]) -> Any:
-                    return by_name(made, await default_many([named[name] for name in made]))
+                    async def rebuild_many(made: list[str]) -> Any:
+                        return by_name(made, await default_many([named[name] for name in made]))
 
-            else:
+                else:
 
-                def rebuild_many(made: list[str]) -> Any:
-                    return by_name(made, default_many([named[name] for name in made]))
+                    def rebuild_many(made: list[str]) -> Any:
+                        return by_name(made, default_many([named[name] for name in made]))
 
-            found = yield _call("get_or_rebuild_many", list(named), rebuild_many, ttl=ttl, tags=tags)
-            return {named[name]: value for name, value in found.items()}
+                built.update((yield _call("get_or_rebuild_many", rest, rebuild_many, ttl=ttl, tags=tags)))
+            return {named[name]: built[name] for name in named if name in built}
 
     # --- groups ---------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from .._core.near import NearStore
 from .._core.options import Options
 from .._core.settings import Settings
 from .._exceptions import ConfigurationError, RedisUnavailableError, SerializationError
-from .._primitives import async_rebuild_call
+from .._primitives import AsyncBackground, async_rebuild_call
 from .._redis.errors import lost_connection
 from .groups import AsyncGroups
 from .runner import AsyncFlowRunner
@@ -53,8 +53,10 @@ class AsyncBatches:
         subscriber: AsyncSubscriber,
         near: NearStore | None,
         one: Callable[..., Any],
+        background: AsyncBackground,
     ) -> None:
         self._settings = settings
+        self._background = background
         self._server = server
         self._groups = groups
         self._runner = runner
@@ -135,10 +137,10 @@ class AsyncBatches:
                         if lost is None:
                             raise
                         raise lost from exc
-            except RedisUnavailableError:
+            except BaseException:
                 if near is not None:
                     for name, token in zip(asked, tokens, strict=True):
-                        near.end_fill(name, token, None)
+                        near.drop_fill(name, token)
                 raise
             for position, (i, raw) in enumerate(zip(wanted, replies, strict=True)):
                 value = raw if isinstance(raw, bytes) else None
@@ -170,9 +172,16 @@ class AsyncBatches:
             (names, settings.op_call(Acquire(token), names, options)[1])
             for (_, names, _), token in zip(todo, tokens, strict=True)
         ]
+        asked = [(names, token) for (_, names, _), token in zip(todo, tokens, strict=True)]
         try:
             replies = await self._server.pipelined("acquire", calls)
-        except RedisUnavailableError:
+        except BaseException as exc:
+            # Some leases may have been granted although the replies never came
+            # (a lost connection, a cancelled caller): freed in the background
+            # (owner-checked), rather than left to block others until they expire.
+            self._release_detached(asked)
+            if not isinstance(exc, RedisUnavailableError):
+                raise
             # stale-if-error: what is in hand is served; nothing else can be.
             stale = {key: entry.value for key, _, entry in todo if entry is not None}
             if len(stale) < len(todo) and not options.fail_open:
@@ -207,9 +216,14 @@ class AsyncBatches:
                 landed.append((names, token))
                 continue
             won.append((key, names, entry, token, acquired))
-        await self._release(landed)
-        if won:
-            await self._rebuild(won, rebuild_many, options, tags, found)
+        try:
+            await self._release(landed)
+            if won:
+                await self._rebuild(won, rebuild_many, options, tags, found)
+        except BaseException:
+            # Whatever was not committed is freed (a committed lease is gone already).
+            self._release_detached(landed + [(names, token) for _, names, _, token, _ in won])
+            raise
         return waits
 
     async def _rebuild(
@@ -277,7 +291,7 @@ class AsyncBatches:
             replies = await self._server.pipelined("commit", calls)
         except RedisUnavailableError as exc:
             # Not stored: serve what Redis has (the stale values), as get_or_rebuild does.
-            await self._release([(names, token) for _, names, _, token, _ in won], detached=True)
+            self._release_detached([(names, token) for _, names, _, token, _ in won])
             for _, names, _ in commits:
                 settings.emit(names, EventKind.COMMIT_FAILED, error=exc)
             if not options.fail_open and any(entry is None for _, _, entry, _, _ in won):
@@ -294,7 +308,19 @@ class AsyncBatches:
             else:
                 found[key] = value
 
-    async def _release(self, leases: list[tuple[Keys, str]], detached: bool = False) -> None:
+    def _release_detached(self, leases: list[tuple[Keys, str]]) -> None:
+        """:meth:`_release` in the background: the Redis that just failed us, or a
+        cancelled caller, must not be waited on."""
+        if not leases:
+            return
+        try:
+            self._background.start(
+                functools.partial(self._release, leases), "stampede-release", bounded=False
+            )
+        except RuntimeError:  # shutting down: the leases expire by themselves
+            pass
+
+    async def _release(self, leases: list[tuple[Keys, str]]) -> None:
         """Free ``leases`` and tell their waiters, in one round trip; a Redis
         failure is left to the leases' expiry."""
         if not leases:
@@ -302,7 +328,7 @@ class AsyncBatches:
         settings = self._settings
         calls = []
         for names, token in leases:
-            calls.append((names, settings.op_call(Release(token, detached), names, settings.options)[1]))
+            calls.append((names, settings.op_call(Release(token), names, settings.options)[1]))
         try:
             await self._server.pipelined("release", calls)
         except RedisUnavailableError:

@@ -17,12 +17,19 @@ from .server import AsyncServer
 
 __all__ = ["AsyncGroups"]
 
+#: How far apart (microseconds) two nodes' clocks may be, for a lease handed to
+#: the caller and committed with tags on a cluster.
+CLUSTER_SKEW_US = 50_000
+
 
 class AsyncGroups:
     """The tag states of one instance's namespace, in Redis and as this process read them."""
 
     def __init__(self, settings: Settings, server: AsyncServer, reads: AsyncSharedReads) -> None:
         self._states = settings.tags
+        # How long a lease won before a bump may still commit: as long as a
+        # tag's state made by the bump must tell it when the bump was.
+        self._lapse_ms = settings.options.lapse_ms
         self._server = server
         self._reads = reads
 
@@ -52,8 +59,13 @@ class AsyncGroups:
         tokens = [states.begin_fill(name) for name in names]
         client = self._server.client
         mget = getattr(client, "mget_nonatomic", client.mget)  # Redis Cluster: per slot
-        with self._server.errors("", "read the tags' states"):
-            raws = await mget(names)
+        try:
+            with self._server.errors("", "read the tags' states"):
+                raws = await mget(names)
+        except BaseException:
+            for name, token in zip(names, tokens, strict=True):
+                states.drop_fill(name, token)
+            raise
         for name, token, raw in zip(names, tokens, raws, strict=True):
             states.end_fill(name, token, raw)
 
@@ -83,7 +95,12 @@ class AsyncGroups:
                 raw = await self._reads.get(states.key(NAMESPACE), states)
             found[NAMESPACE] = parse_state(raw, NAMESPACE)
             bumped[NAMESPACE] = bumped_at(raw)
-        since_us = None if since is None else microseconds(since)
+        since_us = None
+        if since is not None:
+            # The lease's time is the value's node's clock, a bump's its tag's
+            # node's: on a cluster, two hosts. Bumps this close before the
+            # lease count as after it (a rebuild more, never a stale value kept).
+            since_us = microseconds(since) - (CLUSTER_SKEW_US if self._server.cluster else 0)
         recorded = versions_for((NAMESPACE, *ids), found, since_us, bumped)
         return Captured(recorded[0][1], recorded[1:])
 
@@ -92,8 +109,9 @@ class AsyncGroups:
         one script per tag, in one round trip (one per tag on a cluster)."""
         states = self._states
         how = "hard" if hard else "soft"
+        keep = str(self._lapse_ms)
         calls: list[tuple[list[bytes], list[Any]]] = [
-            ([states.key(tag)], [how, "1" if tag == NAMESPACE else "0"]) for tag in ids
+            ([states.key(tag)], [how, "1" if tag == NAMESPACE else "0", keep]) for tag in ids
         ]
         replies = await self._server.on_keys("bump", calls, "invalidate tags")
         for tag, raw in zip(ids, replies, strict=True):

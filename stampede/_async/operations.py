@@ -196,7 +196,8 @@ class AsyncOperations:
         keys = self._keys(key)
         if self._settings.codec.signer is not None:
             return await self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
-        return bool(await self._server.script("touch", keys, self._settings.touch_args(options)))
+        head = await self._server.script("touch", keys, self._settings.touch_args(options))
+        return bool(head) and not await self._dropped(keys, head)
 
     async def incr(self, key: str | bytes, delta: int = 1) -> int | None:
         """Add ``delta`` to the integer stored under ``key``, keeping its expiry.
@@ -212,7 +213,25 @@ class AsyncOperations:
                 keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], "")
             )
             return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
-        return self._settings.incr_result(keys, await self._server.script("incr", keys, args))
+        reply = await self._server.script("incr", keys, args)
+        value = self._settings.incr_result(keys, reply)
+        if value is not None and await self._dropped(keys, reply[2]):
+            return None
+        return value
+
+    async def _dropped(self, keys: Keys, head: Any) -> bool:
+        """After an in-place ``incr`` or ``touch``: whether the value carries a tag
+        deleted since it was written. It is deleted then, as it reads: missing."""
+        unknown = self._settings.tags_unknown(head)
+        if unknown:
+            try:
+                await self._groups.read_states(unknown)
+            except RedisUnavailableError:
+                pass  # judged by the states known
+        if not self._settings.deleted_by_tags(head):
+            return False
+        await self._server.script("write", keys, self._settings.delete_args(keys))
+        return True
 
     async def _swap(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
         """Replace the signed value of ``keys`` with ``change(value)`` (the new
@@ -310,35 +329,37 @@ class AsyncOperations:
         """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
 
         For invalidating a family of keys, such as every call of a function.
+        Tags are groups of their own (see :meth:`delete_tags`): their states stay.
         """
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}")
-        return await self._unlink_matching(self._keys.prefix_pattern(prefix))
+        return await self._unlink_matching(self._keys.prefix_pattern(prefix), tag_states=False)
 
     async def clear(self) -> int:
-        """Delete every key of this namespace (values, leases, fences); returns how many values.
+        """Delete every key of this namespace (values, leases, fences, tags' states);
+        returns how many values.
 
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
         """
-        return await self._unlink_matching(self._keys.pattern)
+        return await self._unlink_matching(self._keys.pattern, tag_states=True)
 
-    async def _unlink_matching(self, pattern: bytes) -> int:
+    async def _unlink_matching(self, pattern: bytes, *, tag_states: bool) -> int:
         deleted = 0
         with self._server.errors("", "delete keys by pattern"):
             batch: list[bytes] = []
             async for name in self._server.client.scan_iter(match=pattern, count=1000):
                 batch.append(name)
                 if len(batch) == 500:
-                    deleted += await self._unlink(batch)
+                    deleted += await self._unlink(batch, tag_states)
                     batch = []
             if batch:
-                deleted += await self._unlink(batch)
+                deleted += await self._unlink(batch, tag_states)
         return deleted
 
-    async def _unlink(self, names: list[bytes]) -> int:
+    async def _unlink(self, names: list[bytes], tag_states: bool) -> int:
         """Delete ``names``; returns how many were values (not leases or fences)."""
-        values, others, fenced = self._settings.unlink_plan(names)
+        values, others, fenced = self._settings.unlink_plan(names, tag_states=tag_states)
         if others:
             await self._server.client.unlink(*others)
         deleted = int(await self._server.client.unlink(*values)) if values else 0

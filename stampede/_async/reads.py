@@ -139,8 +139,11 @@ class AsyncSharedReads:
             error = exc if isinstance(exc, redis.exceptions.RedisError) else _ReadAbandoned()
             raise
         finally:
-            if near is not None:  # keeps the value, or (after an error) just drops the token
-                near.end_fill(name, token, read.raw)
+            if near is not None:
+                if error is None:
+                    near.end_fill(name, token, read.raw)
+                else:  # nothing was read: a failed GET is not a missing key
+                    near.drop_fill(name, token)
             if reads.get(name) is read:
                 reads.pop(name, None)
             self._finish(read, error)

@@ -189,6 +189,11 @@ class NearStore:
             for dropped_name in evicted:
                 self._report(EventKind.NEAR_EVICTION, dropped_name)
 
+    def drop_fill(self, name: bytes, token: object | None) -> None:
+        """The ``GET`` failed or was abandoned: nothing to keep."""
+        if token is not None and self._filling.get(name) is token:
+            self._filling.pop(name, None)
+
     def invalidate(self, names: list[bytes] | None) -> None:
         """Redis says ``names`` changed (``None``: everything, a flush)."""
         dropped: list[bytes] = []

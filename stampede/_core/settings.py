@@ -19,6 +19,7 @@ from .envelope import (
     CorruptEntryError,
     Dropped,
     Entry,
+    read_block,
 )
 from .events import Event, EventHook, EventKind, logger
 from .flow import (
@@ -43,7 +44,7 @@ from .options import UNSET, Options
 from .reads import Lease, Paused, Read
 from .serializers import PickleSerializer, Serializer
 from .signing import signer_from
-from .tags import UNTAGGED, Captured, TagStates, TagsUnknown, tag_ids
+from .tags import DELETED, SUFFIX, UNTAGGED, Captured, TagStates, TagsUnknown, tag_ids
 
 __all__ = ["Settings"]
 
@@ -195,6 +196,17 @@ class Settings:
         if entry is not None and self.is_hit(keys, entry, options):
             return entry
         return Lookup(entry)
+
+    def deleted_by_tags(self, head: Any) -> bool:
+        """Whether a value whose header (and tag block) is ``head`` carries a
+        tag deleted since it was written (by the tag states known)."""
+        if not isinstance(head, bytes) or head[:3] != TAGGED_MAGIC:
+            return False
+        try:
+            namespace, tags, _ = read_block(head, HEADER.size)
+        except CorruptEntryError:
+            return False
+        return self.tags.verdict(namespace, tags, strict=False) == DELETED
 
     def tags_unknown(self, *raws: Any) -> list[bytes]:
         """The tag ids, among those ``raws`` record, whose state was not read lately."""
@@ -384,15 +396,20 @@ class Settings:
         return found
 
     @staticmethod
-    def unlink_plan(names: list[bytes]) -> tuple[list[bytes], list[bytes], list[Keys]]:
+    def unlink_plan(
+        names: list[bytes], *, tag_states: bool = False
+    ) -> tuple[list[bytes], list[bytes], list[Keys]]:
         """Sort names that ``SCAN`` found under this namespace for deletion:
         values and other keys to unlink, and keys whose rebuild is under way
         (they have a lease) to delete as ``delete`` does, leaving a fence, so
         that rebuild cannot store what it read before. Fences are left to
-        expire: deleting one would let such a commit through."""
+        expire: deleting one would let such a commit through. Tags' states
+        are unlinked only with ``tag_states`` (``clear``): other entries may
+        carry a tag whose name starts like a prefix of keys."""
         leased = {name[:-6] for name in names if name.endswith(b":lease")}
         values = [name for name in names if name.endswith(b"}") and name not in leased]
-        others = [name for name in names if not name.endswith((b"}", b":lease", b":fence"))]
+        kept = (b"}", b":lease", b":fence") if tag_states else (b"}", b":lease", b":fence", SUFFIX)
+        others = [name for name in names if not name.endswith(kept)]
         fenced = [Keys(value.decode("utf-8", "backslashreplace"), value) for value in sorted(leased)]
         return values, others, fenced
 

@@ -46,6 +46,7 @@ __all__ = [
     "MAX_TAGS",
     "NAMESPACE",
     "STALE",
+    "SUFFIX",
     "Captured",
     "TagStates",
     "TagsUnknown",
@@ -309,6 +310,14 @@ class TagStates:
             if self._filling.get(tag) is token:
                 del self._filling[tag]
                 self._keep(tag, parse_state(raw, tag), self.live)
+
+    def drop_fill(self, name: bytes, token: object | None) -> None:
+        """The ``GET`` failed or was abandoned: nothing was read, nothing is kept
+        (a missing key reads as ``None`` too, and means something)."""
+        tag = self.tag_of(name)
+        with self._lock:
+            if self._filling.get(tag) is token:
+                del self._filling[tag]
 
     def learned(self, tag: bytes, raw: Any) -> tuple[int, int]:
         """A state this process just wrote (or read with a capture): kept at

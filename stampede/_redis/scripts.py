@@ -244,17 +244,24 @@ return 1
 
 # New expiry for a value in place: fresh_until in the header and the key's
 # TTL. ARGV: magic, offset (0-based), 8 bytes of fresh_until, expire_ms
-# ('0' = never), the tagged format's magic. -> 1 touched, 0 nothing of ours there.
+# ('0' = never), the tagged format's magic. -> the header and tag block of
+# the value touched (for the caller to judge its tags), 0 nothing of ours there.
 TOUCH = """
-local head = redis.pcall('GETRANGE', KEYS[1], 0, string.len(ARGV[1]) - 1)
-if head ~= ARGV[1] and head ~= ARGV[5] then return 0 end
+local v = redis.pcall('GET', KEYS[1])
+if type(v) ~= 'string' then return 0 end
+local magic = string.sub(v, 1, string.len(ARGV[1]))
+if magic ~= ARGV[1] and magic ~= ARGV[5] then return 0 end
 redis.call('SETRANGE', KEYS[1], tonumber(ARGV[2]), ARGV[3])
 if ARGV[4] == '0' then
   redis.call('PERSIST', KEYS[1])
 else
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
 end
-return 1
+local head = 24
+if magic == ARGV[5] and string.len(v) >= 26 then
+  head = 26 + struct.unpack('<H', string.sub(v, 25, 26))
+end
+return string.sub(v, 1, head)
 """
 
 # Add delta to an integer value in place, keeping its header (restamped) and TTL.
@@ -263,7 +270,8 @@ return 1
 # ARGV: magic followed by the integer codec byte, header size, delta, the
 # tagged format's magic and codec byte (its tag block, of the length that
 # follows the header, comes before the payload).
-# -> {1, new value as text}; {0} missing; {-1} not an integer; {-2} overflow.
+# -> {1, new value as text, the header and tag block (for the caller to judge
+# its tags)}; {0} missing; {-1} not an integer; {-2} overflow.
 INCR = (
     _SET_VALUE
     + """
@@ -286,7 +294,7 @@ if type(sum) == 'table' then return {-2} end
 -- the value before it) loses its lease, so its commit cannot undo this.
 redis.call('SET', KEYS[1], stamped(string.sub(v, 1, head) .. text), 'KEEPTTL')
 redis.call('DEL', KEYS[2])
-return {1, text}
+return {1, text, string.sub(v, 1, head)}
 """
 )
 
@@ -360,10 +368,11 @@ return v
 # Invalidate a tag (ARGV[1] 'soft': its entries turn stale) or delete it
 # ('hard': they read as missing): its current version rises to the server's
 # clock (at least by one), and with 'hard' its deleted version too; the time
-# of the bump (server microseconds) is kept beside them. A missing
-# state is made only with ARGV[2] '1' (the namespace's, which never expires);
-# a tag's missing state has no entries to change. KEYS[1]: the state key.
-# -> the new state, or false.
+# of the bump (server microseconds) is kept beside them. A missing state is
+# made: for the namespace (ARGV[2] '1') for good; for a tag, for ARGV[3] ms
+# (no entry records it, but a lease won before this bump and committed with
+# the tag later must find out when it was bumped). KEYS[1]: the state key.
+# -> the new state.
 BUMP = (
     _NOW_MS
     + """
@@ -373,16 +382,16 @@ local found = type(v) == 'string' and string.match(v, '^%d+:%d+:%d+$')
 if found then
   local c, d = string.match(v, '^(%d+):(%d+):')
   current, deleted = tonumber(c), tonumber(d)
-elseif ARGV[2] ~= '1' then
-  return false
 end
 current = math.max(current + 1, now_ms())
 if ARGV[1] == 'hard' then deleted = current end
 local state = text(current) .. ':' .. text(deleted) .. ':' .. text(now_us())
 if found then
   redis.call('SET', KEYS[1], state, 'KEEPTTL')
-else
+elseif ARGV[2] == '1' then
   redis.call('SET', KEYS[1], state)
+else
+  redis.call('SET', KEYS[1], state, 'PX', ARGV[3])
 end
 return state
 """

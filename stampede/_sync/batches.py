@@ -25,7 +25,7 @@ from .._core.near import NearStore
 from .._core.options import Options
 from .._core.settings import Settings
 from .._exceptions import ConfigurationError, RedisUnavailableError, SerializationError
-from .._primitives import rebuild_call
+from .._primitives import Background, rebuild_call
 from .._redis.errors import lost_connection
 from .groups import Groups
 from .runner import FlowRunner
@@ -54,8 +54,10 @@ class Batches:
         subscriber: Subscriber,
         near: NearStore | None,
         one: Callable[..., Any],
+        background: Background,
     ) -> None:
         self._settings = settings
+        self._background = background
         self._server = server
         self._groups = groups
         self._runner = runner
@@ -134,10 +136,10 @@ class Batches:
                         if lost is None:
                             raise
                         raise lost from exc
-            except RedisUnavailableError:
+            except BaseException:
                 if near is not None:
                     for name, token in zip(asked, tokens, strict=True):
-                        near.end_fill(name, token, None)
+                        near.drop_fill(name, token)
                 raise
             for position, (i, raw) in enumerate(zip(wanted, replies, strict=True)):
                 value = raw if isinstance(raw, bytes) else None
@@ -169,9 +171,16 @@ class Batches:
             (names, settings.op_call(Acquire(token), names, options)[1])
             for (_, names, _), token in zip(todo, tokens, strict=True)
         ]
+        asked = [(names, token) for (_, names, _), token in zip(todo, tokens, strict=True)]
         try:
             replies = self._server.pipelined("acquire", calls)
-        except RedisUnavailableError:
+        except BaseException as exc:
+            # Some leases may have been granted although the replies never came
+            # (a lost connection, a cancelled caller): freed in the background
+            # (owner-checked), rather than left to block others until they expire.
+            self._release_detached(asked)
+            if not isinstance(exc, RedisUnavailableError):
+                raise
             # stale-if-error: what is in hand is served; nothing else can be.
             stale = {key: entry.value for key, _, entry in todo if entry is not None}
             if len(stale) < len(todo) and not options.fail_open:
@@ -206,9 +215,14 @@ class Batches:
                 landed.append((names, token))
                 continue
             won.append((key, names, entry, token, acquired))
-        self._release(landed)
-        if won:
-            self._rebuild(won, rebuild_many, options, tags, found)
+        try:
+            self._release(landed)
+            if won:
+                self._rebuild(won, rebuild_many, options, tags, found)
+        except BaseException:
+            # Whatever was not committed is freed (a committed lease is gone already).
+            self._release_detached(landed + [(names, token) for _, names, _, token, _ in won])
+            raise
         return waits
 
     def _rebuild(
@@ -276,7 +290,7 @@ class Batches:
             replies = self._server.pipelined("commit", calls)
         except RedisUnavailableError as exc:
             # Not stored: serve what Redis has (the stale values), as get_or_rebuild does.
-            self._release([(names, token) for _, names, _, token, _ in won], detached=True)
+            self._release_detached([(names, token) for _, names, _, token, _ in won])
             for _, names, _ in commits:
                 settings.emit(names, EventKind.COMMIT_FAILED, error=exc)
             if not options.fail_open and any(entry is None for _, _, entry, _, _ in won):
@@ -293,7 +307,19 @@ class Batches:
             else:
                 found[key] = value
 
-    def _release(self, leases: list[tuple[Keys, str]], detached: bool = False) -> None:
+    def _release_detached(self, leases: list[tuple[Keys, str]]) -> None:
+        """:meth:`_release` in the background: the Redis that just failed us, or a
+        cancelled caller, must not be waited on."""
+        if not leases:
+            return
+        try:
+            self._background.start(
+                functools.partial(self._release, leases), "stampede-release", bounded=False
+            )
+        except RuntimeError:  # shutting down: the leases expire by themselves
+            pass
+
+    def _release(self, leases: list[tuple[Keys, str]]) -> None:
         """Free ``leases`` and tell their waiters, in one round trip; a Redis
         failure is left to the leases' expiry."""
         if not leases:
@@ -301,7 +327,7 @@ class Batches:
         settings = self._settings
         calls = []
         for names, token in leases:
-            calls.append((names, settings.op_call(Release(token, detached), names, settings.options)[1]))
+            calls.append((names, settings.op_call(Release(token), names, settings.options)[1]))
         try:
             self._server.pipelined("release", calls)
         except RedisUnavailableError:

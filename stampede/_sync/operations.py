@@ -197,7 +197,8 @@ class Operations:
         keys = self._keys(key)
         if self._settings.codec.signer is not None:
             return self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
-        return bool(self._server.script("touch", keys, self._settings.touch_args(options)))
+        head = self._server.script("touch", keys, self._settings.touch_args(options))
+        return bool(head) and not self._dropped(keys, head)
 
     def incr(self, key: str | bytes, delta: int = 1) -> int | None:
         """Add ``delta`` to the integer stored under ``key``, keeping its expiry.
@@ -211,7 +212,25 @@ class Operations:
         if self._settings.codec.signer is not None:
             swapped = self._swap(keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], ""))
             return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
-        return self._settings.incr_result(keys, self._server.script("incr", keys, args))
+        reply = self._server.script("incr", keys, args)
+        value = self._settings.incr_result(keys, reply)
+        if value is not None and self._dropped(keys, reply[2]):
+            return None
+        return value
+
+    def _dropped(self, keys: Keys, head: Any) -> bool:
+        """After an in-place ``incr`` or ``touch``: whether the value carries a tag
+        deleted since it was written. It is deleted then, as it reads: missing."""
+        unknown = self._settings.tags_unknown(head)
+        if unknown:
+            try:
+                self._groups.read_states(unknown)
+            except RedisUnavailableError:
+                pass  # judged by the states known
+        if not self._settings.deleted_by_tags(head):
+            return False
+        self._server.script("write", keys, self._settings.delete_args(keys))
+        return True
 
     def _swap(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
         """Replace the signed value of ``keys`` with ``change(value)`` (the new
@@ -309,35 +328,37 @@ class Operations:
         """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
 
         For invalidating a family of keys, such as every call of a function.
+        Tags are groups of their own (see :meth:`delete_tags`): their states stay.
         """
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}")
-        return self._unlink_matching(self._keys.prefix_pattern(prefix))
+        return self._unlink_matching(self._keys.prefix_pattern(prefix), tag_states=False)
 
     def clear(self) -> int:
-        """Delete every key of this namespace (values, leases, fences); returns how many values.
+        """Delete every key of this namespace (values, leases, fences, tags' states);
+        returns how many values.
 
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
         """
-        return self._unlink_matching(self._keys.pattern)
+        return self._unlink_matching(self._keys.pattern, tag_states=True)
 
-    def _unlink_matching(self, pattern: bytes) -> int:
+    def _unlink_matching(self, pattern: bytes, *, tag_states: bool) -> int:
         deleted = 0
         with self._server.errors("", "delete keys by pattern"):
             batch: list[bytes] = []
             for name in self._server.client.scan_iter(match=pattern, count=1000):
                 batch.append(name)
                 if len(batch) == 500:
-                    deleted += self._unlink(batch)
+                    deleted += self._unlink(batch, tag_states)
                     batch = []
             if batch:
-                deleted += self._unlink(batch)
+                deleted += self._unlink(batch, tag_states)
         return deleted
 
-    def _unlink(self, names: list[bytes]) -> int:
+    def _unlink(self, names: list[bytes], tag_states: bool) -> int:
         """Delete ``names``; returns how many were values (not leases or fences)."""
-        values, others, fenced = self._settings.unlink_plan(names)
+        values, others, fenced = self._settings.unlink_plan(names, tag_states=tag_states)
         if others:
             self._server.client.unlink(*others)
         deleted = int(self._server.client.unlink(*values)) if values else 0

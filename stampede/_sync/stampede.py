@@ -154,7 +154,14 @@ class Stampede(Operations):
         self._groups = Groups(settings, self._server, self._reads)
         self._runner = FlowRunner(settings, self._server, self._subscriber, self._background, self._groups)
         self._batches = Batches(
-            settings, self._server, self._groups, self._runner, self._subscriber, self._near, self._one_key
+            settings,
+            self._server,
+            self._groups,
+            self._runner,
+            self._subscriber,
+            self._near,
+            self._one_key,
+            self._background,
         )
         forks_with(self)
 
@@ -340,11 +347,12 @@ class Stampede(Operations):
         self, keys: Keys, raw: bytes | None, options: Options, unknown: TagsUnknown
     ) -> Entry | Lookup:
         """What ``raw`` holds once the tag states it needs were read. If Redis
-        fails them, the value in hand is judged by the states known."""
+        fails them, the value in hand is not served as fresh: the flow tries to
+        refresh it, and serves it stale if Redis fails that too."""
         try:
             self._groups.read_states(unknown.ids)
         except RedisUnavailableError:
-            pass
+            return Lookup(self._settings.decode(keys, raw))
         return self._settings.judged(keys, raw, options)
 
     def _near_read(self, keys: Keys, options: Options) -> Entry | Lookup | None:
@@ -591,8 +599,14 @@ class Stampede(Operations):
         if tags is not None:
             tag_ids = self._settings.tag_ids(tags)
             if tag_ids != flow.tags:
-                flow.tags = tag_ids
-                flow.captured = self._groups.capture(tag_ids, options, lease._won_at)
+                try:
+                    captured = self._groups.capture(tag_ids, options, lease._won_at)
+                except BaseException:
+                    # Nothing stored: the lease is freed for another caller.
+                    release = Release(lease.token, detached=True)
+                    self._runner.execute(release, lease.keys, lease._options, None)
+                    raise
+                flow.tags, flow.captured = tag_ids, captured
         _, error = self._runner.drive(
             flow.settle(lease.token, rebuilt, None, lease._won_at if store_if_lapsed else None),
             lease.keys,

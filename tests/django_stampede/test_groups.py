@@ -178,3 +178,18 @@ async def test_aget_or_set_many() -> None:
 
     assert await cache.aget_or_set_many(["a", "bb"], build) == {"a": 1, "bb": 2}
     assert await cache.aget_or_set_many(["a", "bb", "ccc"], build) == {"a": 1, "bb": 2, "ccc": 3}
+
+
+async def test_get_or_set_many_without_storing_and_with_a_lease_of_the_request() -> None:
+    async def build(batch: list[str]) -> dict[str, str]:
+        return {key: f"built {key}" for key in batch}
+
+    assert await cache.aget_or_set_many(["a", "b"], build, timeout=0) == {"a": "built a", "b": "built b"}
+    assert await cache.aget("a") is None  # nothing stored: this request now holds its lease
+    # The request's own lease: computed here, not waited for, and stored.
+    assert await cache.aget_or_set_many(["a", "c"], build) == {"a": "built a", "c": "built c"}
+    assert (await cache.astampede.get(cache.make_key("a"))).value == "built a"
+    assert cache.get_or_set_many(["a", "d"], lambda batch: {k: k for k in batch}) == {
+        "a": "built a",
+        "d": "d",
+    }
