@@ -4,7 +4,8 @@ Faults injected for real, on the wire, rather than by patching the client:
 
 - ``lose_replies()``: requests still reach Redis and run, their replies are
   dropped (a reply lost on the way back; the client times out and retries
-  what already ran).
+  what already ran). ``lose_replies_from(marker)``: the same, from the first
+  request that holds ``marker`` on (its own reply included).
 - ``freeze()``: nothing moves either way; what was sent waits in the
   kernel's buffers and is delivered late on ``thaw()`` (a stalled link).
 - ``cut()``: every open connection is closed at once (a reset).
@@ -48,6 +49,7 @@ class FaultyProxy:
         self.port = int(self._listener.getsockname()[1])
         self._pairs: list[_Pair] = []
         self._losing = False
+        self._lose_from: bytes | None = None
         self._frozen = False
         self._cut = False
         self._stop = threading.Event()
@@ -61,6 +63,10 @@ class FaultyProxy:
     def lose_replies(self, on: bool = True) -> None:
         """Drop (``on``) or deliver again every reply from Redis."""
         self._losing = on
+
+    def lose_replies_from(self, marker: bytes) -> None:
+        """Drop every reply from the first request holding ``marker`` on."""
+        self._lose_from = marker
 
     def freeze(self) -> None:
         """Move nothing until :meth:`thaw`; returns once nothing moves."""
@@ -79,6 +85,7 @@ class FaultyProxy:
     def heal(self) -> None:
         """Back to a faithful proxy."""
         self._losing = self._frozen = False
+        self._lose_from = None
 
     def _run(self) -> None:
         selector = selectors.DefaultSelector()
@@ -123,6 +130,8 @@ class FaultyProxy:
                     data = sock.recv(65536)
                 except OSError:
                     data = b""
+                if not is_reply and self._lose_from is not None and self._lose_from in data:
+                    self._losing, self._lose_from = True, None
                 if data and not (is_reply and self._losing):
                     try:
                         peer.sendall(data)

@@ -176,3 +176,27 @@ def test_processes_asking_for_the_same_cold_batch_rebuild_each_key_once(
         assert proc.exitcode == 0
     assert results == [{key: f"v:{key}" for key in keys}] * processes
     assert [int(client.get(f"{namespace}:rebuilds:{key}") or 0) for key in keys] == [1] * len(keys)
+
+
+def test_leases_granted_whose_replies_were_lost_are_freed(server: Any) -> None:
+    # The pipelined lease request runs on Redis but its replies never come
+    # back: the leases it granted must not block other callers until expiry.
+    from tests.helpers import wait_until
+    from tests.proxy import FaultyProxy
+
+    direct = redis.Redis.from_url(server.url)
+    with FaultyProxy(server.port) as proxy:
+        client = redis.Redis(port=proxy.port, socket_timeout=0.5, socket_connect_timeout=0.5)
+        sf = stampede.Stampede(client, namespace="lost", lease_ttl=60)
+        sf.get_or_rebuild_many(["warm"], BatchRebuilds())  # connected, scripts loaded
+        proxy.lose_replies_from(b"EVALSHA")  # the MGET answered, the lease request not
+        with pytest.raises(stampede.RedisUnavailableError):
+            sf.get_or_rebuild_many(["a"], BatchRebuilds())  # one key: one EVALSHA, which runs
+        assert direct.keys("lost:*:lease") == [b"lost:{a}:lease"]  # granted, its reply lost
+        proxy.heal()
+        # Freed in the background once Redis answers, long before it expires.
+        wait_until(lambda: not direct.keys("lost:*:lease"), timeout=20)
+        assert sf.get_or_rebuild_many(["a", "b"], BatchRebuilds()) == {"a": "v:a", "b": "v:b"}
+        sf.close()
+        client.close()
+    direct.close()
