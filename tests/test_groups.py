@@ -416,3 +416,17 @@ def test_a_group_invalidated_under_load_rebuilds_each_entry_once(
     assert neighbour.get("e0").is_fresh()
     sf.close()
     neighbour.close()
+
+
+def test_groups_and_batches_through_a_sentinel_watched_master(sentinel: Any, namespace: str) -> None:
+    with stampede.Stampede.from_url(sentinel.url, namespace=namespace, tag_check_interval=INTERVAL) as sf:
+        sf.set("a", 1, ttl=600, stale_ttl=600, tags=["t"])
+        assert sf.get_or_rebuild_many(["a", "b"], lambda keys: {key: 2 for key in keys}, tags=["t"]) == {
+            "a": 1,
+            "b": 2,
+        }
+        sf.invalidate_tags("t")
+        assert not sf.get("a").is_fresh()
+        assert not sf.get("b").is_fresh()
+        sf.delete_tags("t")
+        assert sf.get_many(["a", "b"]) == {}
