@@ -17,7 +17,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
+import stampede
 from stampede.testing._app_servers import AppServer
+from tests.helpers import wait_until
 
 #: The directory holding the ``tests`` package: the server imports the apps from there.
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,3 +111,81 @@ class CrowdServer:
         for thread in threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         return list(answers)
+
+
+class Readers:
+    """``clients`` threads reading ``paths`` of the server at ``port`` in turn,
+    over and over, each on a keep-alive connection of its own, from ``with``
+    until its end; :attr:`answers` holds ``(status, body)`` in the order they came."""
+
+    def __init__(self, port: int, paths: list[str], clients: int, *, timeout: float = 60) -> None:
+        self.port = port
+        self.paths = paths
+        self.timeout = timeout
+        self.answers: list[tuple[int, str]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._read, args=(i,), daemon=True) for i in range(clients)]
+
+    def _read(self, first: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+        turn = first
+        try:
+            while not self._stop.is_set():
+                path = self.paths[turn % len(self.paths)]
+                turn += 1
+                try:
+                    connection.request("GET", path)
+                    response = connection.getresponse()
+                    answer = (response.status, response.read().decode())
+                except Exception as exc:
+                    answer = (0, f"{type(exc).__name__}: {exc}")
+                    connection.close()
+                with self._lock:
+                    self.answers.append(answer)
+        finally:
+            connection.close()
+
+    def count(self) -> int:
+        """How many answers came so far."""
+        with self._lock:
+            return len(self.answers)
+
+    def __enter__(self) -> Readers:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(self.timeout + 5)
+
+
+#: The group the served tests invalidate: pages, readers, and how many renders make a page.
+PAGES, READERS = 40, 16
+
+
+def group_invalidated_while_read(
+    app: CrowdServer, url: str, namespace: str, how: str
+) -> list[tuple[int, str]]:
+    """Fill the 40 tagged pages, then keep 16 clients reading them while the
+    group is invalidated (``how``) from another process's instance; returns
+    the answers given once the group was invalidated."""
+    paths = [f"/tagged/{number}" for number in range(PAGES)]
+    for path in paths:
+        assert app.server.get(path)[0] == 200, app.output()
+    assert app.renders() == PAGES
+    with (
+        stampede.Stampede.from_url(url, namespace=namespace) as elsewhere,
+        Readers(app.server.port, paths, READERS) as readers,
+    ):
+        wait_until(lambda: readers.count() > 2 * PAGES)  # every reader reading
+        since = readers.count()
+        getattr(elsewhere, how)("crowd-group")
+        wait_until(lambda: app.renders() >= 2 * PAGES, timeout=60)
+        settled = readers.count()
+        wait_until(lambda: readers.count() > settled + 2 * PAGES)  # and read after
+    return readers.answers[since:]

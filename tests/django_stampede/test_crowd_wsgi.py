@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from stampede.testing import ConnectionPeak, RedisServer
-from tests.crowd import CrowdServer
+from tests.crowd import PAGES, READERS, CrowdServer, group_invalidated_while_read
 from tests.django_stampede.project import served
 
 pytestmark = pytest.mark.slow
@@ -79,3 +79,22 @@ def test_a_crowd_at_a_cold_page_gets_one_render(
     assert "Traceback" not in app.output(), app.output()
     assert connections.error is None
     assert connections.peak <= MOST_CONNECTIONS
+
+
+@pytest.mark.parametrize("how", ["invalidate_tags", "delete_tags"])
+def test_a_group_invalidated_while_read_renders_each_page_once(
+    serve: Callable[[dict[str, Any], int], CrowdServer], server: RedisServer, namespace: str, how: str
+) -> None:
+    caches = {
+        "default": {
+            "BACKEND": "django_stampede.StampedeCache",
+            "LOCATION": server.url,
+            "OPTIONS": {"NAMESPACE": namespace, "STALE_TTL": 600},
+        }
+    }
+    app = serve(caches, READERS)
+    answers = group_invalidated_while_read(app, server.url, namespace, how)
+    failed = Counter(f"{status}: {body[:200]}" for status, body in answers if status != 200)
+    assert not failed, f"{failed}\n{app.output()}"
+    assert app.renders() == 2 * PAGES  # each page once more, however many read it
+    assert "Traceback" not in app.output(), app.output()

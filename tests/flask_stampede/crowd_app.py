@@ -56,6 +56,11 @@ def make_app(config: dict[str, Any]) -> Flask:
         def page() -> str:
             return render()
 
+        @app.get("/tagged/<int:number>")
+        @stampede.cached(ttl=600, tags=["crowd-group"])
+        def tagged(number: int) -> str:
+            return render()
+
     elif entry == "flask-caching":
         from flask_caching import Cache
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from stampede.testing import ConnectionPeak, RedisServer
-from tests.crowd import CrowdServer
+from tests.crowd import PAGES, READERS, CrowdServer, group_invalidated_while_read
 from tests.flask_stampede import crowd_app
 
 pytestmark = pytest.mark.slow
@@ -86,3 +86,16 @@ def test_a_crowd_at_a_cold_page_gets_one_render(
     assert "Traceback" not in app.output(), app.output()
     assert connections.error is None
     assert connections.peak <= MOST_CONNECTIONS
+
+
+@pytest.mark.parametrize("how", ["invalidate_tags", "delete_tags"])
+def test_a_group_invalidated_while_read_renders_each_page_once(
+    serve: Callable[[dict[str, Any], int], CrowdServer], server: RedisServer, namespace: str, how: str
+) -> None:
+    config = {**stampede_config(server.url, namespace), "STAMPEDE_STALE_TTL": 600}
+    app = serve(config, READERS)
+    answers = group_invalidated_while_read(app, server.url, namespace, how)
+    failed = Counter(f"{status}: {body[:200]}" for status, body in answers if status != 200)
+    assert not failed, f"{failed}\n{app.output()}"
+    assert app.renders() == 2 * PAGES  # each page once more, however many read it
+    assert "Traceback" not in app.output(), app.output()

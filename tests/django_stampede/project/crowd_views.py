@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import django_stampede
 from django.core.cache import cache
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
@@ -28,6 +29,11 @@ def get_or_set(request: HttpRequest) -> HttpResponse:
     return HttpResponse(cache.get_or_set("crowd-part", render, 60))
 
 
+@django_stampede.cache_page(600, tags=["crowd-group"])
+def tagged(request: HttpRequest, number: int) -> HttpResponse:
+    return HttpResponse(render())
+
+
 def ping(request: HttpRequest) -> HttpResponse:
     """Not cached: answers once the server is up."""
     return HttpResponse("pong")
@@ -36,5 +42,6 @@ def ping(request: HttpRequest) -> HttpResponse:
 urlpatterns = [
     path("page", page),
     path("get-or-set", get_or_set),
+    path("tagged/<int:number>", tagged),
     path("ping", ping),
 ]
