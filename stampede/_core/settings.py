@@ -387,13 +387,31 @@ class Settings:
             named[names.value] = (key, names)
         return named
 
-    def found_many(self, named: dict[bytes, tuple[str | bytes, Keys]], raws: list[Any]) -> dict[Any, Any]:
+    def found_many(
+        self, named: dict[bytes, tuple[str | bytes, Keys]], raws: list[Any], *, strict: bool = True
+    ) -> tuple[dict[Any, Any], dict[bytes, None]]:
+        """The values ``raws`` hold by caller's key, and (``strict``) the ids of
+        the tags whose states are needed to judge the others (read them, then
+        call again not ``strict``)."""
         found = {}
+        unknown: dict[bytes, None] = {}
         for (key, names), raw in zip(named.values(), raws, strict=True):
-            entry = self.decode(names, raw if isinstance(raw, bytes) else None)
+            if not isinstance(raw, bytes):
+                continue
+            if strict:
+                try:
+                    found[key] = self._decode_raw(names.value, raw).value
+                except TagsUnknown as needed:
+                    unknown.update(dict.fromkeys(needed.ids))
+                except (CorruptEntryError, Dropped):
+                    entry = self.decode(names, raw)  # logs and reports what is corrupt
+                    if entry is not None:
+                        found[key] = entry.value
+                continue
+            entry = self.decode(names, raw)
             if entry is not None:
                 found[key] = entry.value
-        return found
+        return found, unknown
 
     @staticmethod
     def unlink_plan(

@@ -20,11 +20,12 @@ from typing import Any
 
 from .._core.envelope import Entry
 from .._core.events import EventKind, logger
-from .._core.flow import Acquire, Acquired, Commit, Refused, Release, envelope_of, new_token
+from .._core.flow import Acquire, Acquired, Commit, Lookup, Refused, Release, envelope_of, new_token
 from .._core.keys import Keys
 from .._core.near import NearStore
 from .._core.options import Options
 from .._core.settings import Settings
+from .._core.tags import TagsUnknown
 from .._exceptions import ConfigurationError, RedisUnavailableError, SerializationError
 from .._primitives import Background, rebuild_call, sleep
 from .._redis.errors import lost_connection
@@ -90,14 +91,28 @@ class Batches:
             return dict(_checked(mapping))
         found: dict[Any, Any] = {}
         todo: list[tuple[Any, Keys, Entry | None]] = []
-        for (key, names), raw in zip(named.values(), raws, strict=True):
-            entry = settings.decode(names, raw)
-            if entry is not None and settings.is_hit(names, entry, options):
-                found[key] = entry.value
+        looked = [
+            settings.lookup(names, raw, options) for (_, names), raw in zip(named.values(), raws, strict=True)
+        ]
+        unknown = [lookup for lookup in looked if isinstance(lookup, TagsUnknown)]
+        readable = True
+        if unknown:
+            # Tag states not read lately: all of them in one MGET, then judged again.
+            try:
+                self._groups.read_states_many({tag: None for lookup in unknown for tag in lookup.ids})
+            except RedisUnavailableError:
+                readable = False  # not served fresh: refreshed (served stale if that fails too)
+        for (key, names), raw, lookup in zip(named.values(), raws, looked, strict=True):
+            if isinstance(lookup, TagsUnknown):
+                lookup = (
+                    settings.judged(names, raw, options) if readable else Lookup(settings.decode(names, raw))
+                )
+            if isinstance(lookup, Entry):
+                found[key] = lookup.value
                 continue
-            if entry is None:
+            if lookup.entry is None:
                 settings.emit(names, EventKind.MISS)
-            todo.append((key, names, entry))
+            todo.append((key, names, lookup.entry))
         if not todo:
             return found
         waited = self._lease_and_rebuild(todo, rebuild_many, options, tags, found)
@@ -147,12 +162,6 @@ class Batches:
                 raws[i] = value
                 if near is not None:
                     near.end_fill(asked[position], tokens[position], value)
-        unknown = self._settings.tags_unknown(*raws)
-        if unknown:
-            try:
-                self._groups.read_states_many(unknown)
-            except RedisUnavailableError:
-                pass  # judged by the states known
         return raws
 
     def _lease_and_rebuild(

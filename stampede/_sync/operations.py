@@ -298,13 +298,14 @@ class Operations:
                         self._settings.emit(names, EventKind.REPLICA_HIT)
             else:
                 raws = self._outlast_failover(error, [names for _, names in named.values()])
-        unknown = self._settings.tags_unknown(*raws)
+        found, unknown = self._settings.found_many(named, raws)
         if unknown:
             try:
-                self._groups.read_states(unknown)
+                self._groups.read_states_many(unknown)
             except RedisUnavailableError:
                 pass  # judged by the states known
-        return self._settings.found_many(named, raws)
+            found = self._settings.found_many(named, raws, strict=False)[0]
+        return found
 
     def set_many(
         self, mapping: Mapping[Any, Any], *, ttl: float | None = UNSET, stale_ttl: float = UNSET
