@@ -232,9 +232,11 @@ def test_invalidating_a_tag_costs_one_command_whatever_it_covers(make_driver: An
 
 
 def test_a_tagged_entry_is_judged_by_the_tag_states_of_the_last_interval(
-    make_driver: Any, client: redis.Redis
+    make_driver: Any, server: Any
 ) -> None:
-    sf = make_driver(tag_check_interval=30)  # a long interval: no state is read twice here
+    # A server of its own: what it counts is this test's commands alone.
+    sf = make_driver(server.url, tag_check_interval=30)  # a long interval: no state is read twice here
+    client = redis.Redis.from_url(server.url)
     sf.set("k", "v", ttl=600, tags=["a", "b"])
     sf.get_or_rebuild("k", Rebuilds())  # reads the states it lacks
     before = int(client.info("stats")["total_commands_processed"])
@@ -242,6 +244,7 @@ def test_a_tagged_entry_is_judged_by_the_tag_states_of_the_last_interval(
         assert sf.get_or_rebuild("k", Rebuilds(), tags=["a", "b"]) == "v"
     # One GET a hit, nothing for the tags (and the INFO that counts).
     assert int(client.info("stats")["total_commands_processed"]) - before == 51
+    client.close()
 
 
 def test_a_tag_state_lives_as_long_as_its_entries(make_driver: Any, client: redis.Redis, keys: Any) -> None:
@@ -315,11 +318,11 @@ def test_tags_are_checked(make_driver: Any) -> None:
         make_driver(tag_check_interval=-1)
 
 
-def test_a_near_cache_sees_another_processs_invalidation_at_once(
-    make_driver: Any, client: redis.Redis
-) -> None:
-    writer = make_driver(tag_check_interval=60)
-    reader = make_driver(near_cache=100, tag_check_interval=60)  # only tracking can tell it in time
+def test_a_near_cache_sees_another_processs_invalidation_at_once(make_driver: Any, server: Any) -> None:
+    # A server of its own: what it counts is this test's commands alone.
+    client = redis.Redis.from_url(server.url)
+    writer = make_driver(server.url, tag_check_interval=60)
+    reader = make_driver(server.url, near_cache=100, tag_check_interval=60)  # only tracking tells it in time
     writer.set("k", "old", ttl=600, stale_ttl=600, tags=["t"])
     assert reader.get_or_rebuild("k", Rebuilds(), tags=["t"]) == "old"
     wait_until(lambda: reader._near.counts["hits"] > 0 or reader.get_or_rebuild("k", Rebuilds()) is None)
@@ -331,6 +334,7 @@ def test_a_near_cache_sees_another_processs_invalidation_at_once(
     rebuild = Rebuilds()
     wait_until(lambda: reader.get_or_rebuild("k", rebuild, tags=["t"]) == "new")
     assert rebuild.calls == 1
+    client.close()
 
 
 def test_tags_on_a_cluster(cluster: Any) -> None:
