@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -203,3 +204,22 @@ def test_leases_granted_whose_replies_were_lost_are_freed(server: Any) -> None:
         sf.close()
         client.close()
     direct.close()
+
+
+def test_four_hundred_callers_of_one_batch_in_one_process_share_it(make_driver: Any) -> None:
+    # redis-py's pool holds 100 connections and raises when empty: a read
+    # and a lease request per caller would fail most of them.
+    from tests.helpers import run_threads
+
+    sf = make_driver()
+    keys = [f"k{i}" for i in range(100)]
+    asked: list[list[Any]] = []
+
+    def rebuild_many(batch: list[Any]) -> dict[Any, Any]:
+        asked.append(batch)
+        time.sleep(0.2)
+        return {key: f"v:{key}" for key in batch}
+
+    results = run_threads(400, lambda: sf.get_or_rebuild_many(keys, rebuild_many, ttl=600))
+    assert results == [{key: f"v:{key}" for key in keys}] * 400
+    assert asked == [keys]

@@ -172,6 +172,7 @@ class Stampede(AsyncOperations):
         locks they held are dropped with them."""
         self._reads.forked()
         self._settings.tags.forked()
+        self._batches.forked()
         self._flights = LocalFlights(AsyncEvent)
         self._turns = KeyLocks(AsyncLock)
         self._background.forked()

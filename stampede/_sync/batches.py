@@ -20,6 +20,7 @@ from typing import Any
 
 from .._core.envelope import Entry
 from .._core.events import EventKind, logger
+from .._core.flights import LocalFlights
 from .._core.flow import Acquire, Acquired, Commit, Lookup, Refused, Release, envelope_of, new_token
 from .._core.keys import Keys
 from .._core.near import NearStore
@@ -27,7 +28,7 @@ from .._core.options import Options
 from .._core.settings import Settings
 from .._core.tags import TagsUnknown
 from .._exceptions import ConfigurationError, RedisUnavailableError, SerializationError
-from .._primitives import Background, rebuild_call, sleep
+from .._primitives import Background, Event, can_block, rebuild_call, sleep
 from .._redis.errors import lost_connection
 from .groups import Groups
 from .runner import FlowRunner
@@ -60,6 +61,7 @@ class Batches:
     ) -> None:
         self._settings = settings
         self._background = background
+        self._flights: LocalFlights[Event] = LocalFlights(Event)
         self._server = server
         self._groups = groups
         self._runner = runner
@@ -77,10 +79,41 @@ class Batches:
     ) -> dict[Any, Any]:
         if not callable(rebuild_many):
             raise ConfigurationError(f"rebuild_many must be callable, got {rebuild_many!r}")
-        settings = self._settings
-        named = settings.many(keys)
+        named = self._settings.many(keys)
         if not named:
             return {}
+        # Callers of this process asking for the same batch share one: four
+        # hundred of them must not send four hundred MGETs and lease requests
+        # (redis-py's pool holds a hundred connections and raises when empty).
+        flight_key = ("batch", tuple(named), tags, options)
+        while True:
+            flight, leader = self._flights.join(flight_key)
+            if leader:
+                break
+            if not can_block() or not flight.done.wait(options.wait_timeout):
+                return self._batch(named, rebuild_many, options, tags)  # on its own
+            if not flight.abandoned:
+                return dict(flight.outcome())
+        try:
+            found = self._batch(named, rebuild_many, options, tags)
+        except BaseException as exc:
+            self._flights.finish(flight_key, flight, error=exc)
+            raise
+        self._flights.finish(flight_key, flight, value=found)
+        return dict(found)
+
+    def forked(self) -> None:
+        """In a child process just forked: the batches other threads had under way did not come along."""
+        self._flights = LocalFlights(Event)
+
+    def _batch(
+        self,
+        named: dict[bytes, tuple[Any, Keys]],
+        rebuild_many: Callable[[list[Any]], Any],
+        options: Options,
+        tags: tuple[bytes, ...],
+    ) -> dict[Any, Any]:
+        settings = self._settings
         try:
             raws = self._read([names for _, names in named.values()])
         except RedisUnavailableError as exc:

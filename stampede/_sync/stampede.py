@@ -171,6 +171,7 @@ class Stampede(Operations):
         locks they held are dropped with them."""
         self._reads.forked()
         self._settings.tags.forked()
+        self._batches.forked()
         self._flights = LocalFlights(Event)
         self._turns = KeyLocks(Lock)
         self._background.forked()
