@@ -69,6 +69,16 @@ def test_invalidate_tags_turns_the_tagged_entries_stale_everywhere(make_driver: 
     assert rebuild.calls == 1
 
 
+def test_a_tag_check_interval_of_0_sees_an_invalidation_at_the_next_read(make_driver: Any) -> None:
+    writer = make_driver()
+    reader = make_driver(tag_check_interval=0)  # another process, checking on every read
+    writer.set("k", "old", ttl=600, stale_ttl=600, tags=["t"])
+    assert reader.get_or_rebuild("k", Rebuilds(), tags=["t"]) == "old"
+    writer.invalidate_tags("t")
+    assert not reader.get("k").is_fresh()  # no wait: its next read asks
+    assert reader.get_or_rebuild("k", Rebuilds(), tags=["t"]) == "new"
+
+
 def test_delete_tags_makes_the_tagged_entries_missing(make_driver: Any) -> None:
     sf = make_driver(tag_check_interval=INTERVAL)
     other = make_driver(tag_check_interval=INTERVAL)

@@ -227,15 +227,18 @@ class TagStates:
     ) -> int:
         """:data:`FRESH`, :data:`STALE` or :data:`DELETED` for an entry that
         recorded these versions. Raises :class:`TagsUnknown` with the ids whose
-        state is not known lately; not ``strict``: those count as unchanged
-        (an entry that just landed, its versions read moments ago).
-        ``tracked``: the caller just found the tracking connection quiet."""
+        state is not known lately; not ``strict``: the states held are used
+        however old (those just read, with a ``tag_check_interval`` of 0), and
+        those never read count as unchanged (an entry that just landed, its
+        versions read moments ago). ``tracked``: the caller just found the
+        tracking connection quiet."""
         now = self._monotonic()
         tracked = tracked and self.live
         unknown: list[bytes] = []
         worst = FRESH
         state = self.namespace
-        if (now < state[2] or (tracked and state[3])) and namespace <= state[0]:
+        usable = now < state[2] or (tracked and state[3]) or (not strict and state is not _NOT_READ)
+        if usable and namespace <= state[0]:
             worst = _judge(namespace, state)
         else:
             unknown.append(NAMESPACE)
@@ -244,7 +247,7 @@ class TagStates:
             state = states.get(tag)  # type: ignore[assignment]
             if (
                 state is None
-                or (now >= state[2] and not (tracked and state[3]))
+                or (now >= state[2] and not (tracked and state[3]) and strict)
                 or (version > state[0] and state[0] >= 0)
             ):
                 # Not read lately, or read before the entry was written (a
