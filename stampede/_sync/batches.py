@@ -128,13 +128,10 @@ class Batches:
             settings.lookup(names, raw, options) for (_, names), raw in zip(named.values(), raws, strict=True)
         ]
         unknown = [lookup for lookup in looked if isinstance(lookup, TagsUnknown)]
-        readable = True
-        if unknown:
-            # Tag states not read lately: all of them in one MGET, then judged again.
-            try:
-                self._groups.read_states_many({tag: None for lookup in unknown for tag in lookup.ids})
-            except RedisUnavailableError:
-                readable = False  # not served fresh: refreshed (served stale if that fails too)
+        # Tag states not read lately: all of them in one MGET, then judged again;
+        # if Redis fails them, not served fresh: refreshed (served stale if that fails too).
+        ids = {tag: None for lookup in unknown for tag in lookup.ids}
+        readable = not unknown or self._groups.read_lacking(ids, together=True)
         for (key, names), raw, lookup in zip(named.values(), raws, looked, strict=True):
             if isinstance(lookup, TagsUnknown):
                 lookup = (

@@ -13,6 +13,7 @@ from typing import Any
 from .._core.options import Options
 from .._core.settings import Settings
 from .._core.tags import NAMESPACE, Captured, bumped_at, microseconds, parse_state, versions_for
+from .._exceptions import RedisUnavailableError
 from .reads import SharedReads
 from .server import Server
 
@@ -69,6 +70,20 @@ class Groups:
             raise
         for name, token, raw in zip(names, tokens, raws, strict=True):
             states.end_fill(name, token, raw)
+
+    def read_lacking(self, ids: Iterable[bytes], *, together: bool = False) -> bool:
+        """Read the states of those of ``ids`` not read lately: one shared GET
+        each, or (``together``, for several values) one ``MGET``. Returns
+        whether Redis answered; if not, what reads them judges by the states
+        held, and must not take an unknown state for an unchanged one."""
+        try:
+            if together:
+                self.read_states_many(ids)
+            else:
+                self.read_states(ids)
+        except RedisUnavailableError:
+            return False
+        return True
 
     def capture(self, ids: tuple[bytes, ...], options: Options, since: str | None = None) -> Captured:
         """What a value about to be rebuilt records (see ``Capture``): its tags'

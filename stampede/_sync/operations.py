@@ -82,12 +82,7 @@ class Operations:
 
     def _entry(self, keys: Keys, raw: bytes | None) -> Entry | None:
         """The entry ``raw`` holds, judged by tag states read lately (read now if not)."""
-        unknown = self._settings.tags_unknown(raw)
-        if unknown:
-            try:
-                self._groups.read_states(unknown)
-            except RedisUnavailableError:
-                pass  # judged by the states known
+        self._groups.read_lacking(self._settings.tags_unknown(raw))
         return self._settings.decode(keys, raw)
 
     def _outlast_failover(self, error: RedisUnavailableError, names: list[Keys]) -> list[Any]:
@@ -221,12 +216,7 @@ class Operations:
     def _dropped(self, keys: Keys, head: Any) -> bool:
         """After an in-place ``incr`` or ``touch``: whether the value carries a tag
         deleted since it was written. It is deleted then, as it reads: missing."""
-        unknown = self._settings.tags_unknown(head)
-        if unknown:
-            try:
-                self._groups.read_states(unknown)
-            except RedisUnavailableError:
-                pass  # judged by the states known
+        self._groups.read_lacking(self._settings.tags_unknown(head))
         if not self._settings.deleted_by_tags(head):
             return False
         self._server.script("write", keys, self._settings.delete_args(keys))
@@ -300,10 +290,7 @@ class Operations:
                 raws = self._outlast_failover(error, [names for _, names in named.values()])
         found, unknown = self._settings.found_many(named, raws)
         if unknown:
-            try:
-                self._groups.read_states_many(unknown)
-            except RedisUnavailableError:
-                pass  # judged by the states known
+            self._groups.read_lacking(unknown, together=True)
             found = self._settings.found_many(named, raws, strict=False)[0]
         return found
 

@@ -39,7 +39,7 @@ from .._core.reads import LEASE_TAKEN, Lease, Paused, Read
 from .._core.serializers import Serializer
 from .._core.settings import Settings
 from .._core.tags import TagsUnknown
-from .._exceptions import ConfigurationError, RedisUnavailableError
+from .._exceptions import ConfigurationError
 from .._primitives import (
     Background,
     Event,
@@ -350,9 +350,7 @@ class Stampede(Operations):
         """What ``raw`` holds once the tag states it needs were read. If Redis
         fails them, the value in hand is not served as fresh: the flow tries to
         refresh it, and serves it stale if Redis fails that too."""
-        try:
-            self._groups.read_states(unknown.ids)
-        except RedisUnavailableError:
+        if not self._groups.read_lacking(unknown.ids):
             return Lookup(self._settings.decode(keys, raw))
         return self._settings.judged(keys, raw, options)
 
