@@ -196,7 +196,7 @@ def test_leases_granted_whose_replies_were_lost_are_freed(server: Any) -> None:
         proxy.lose_replies_from(b"EVALSHA")  # the MGET answered, the lease request not
         with pytest.raises(stampede.RedisUnavailableError):
             sf.get_or_rebuild_many(["a"], BatchRebuilds())  # one key: one EVALSHA, which runs
-        assert direct.keys("lost:*:lease") == [b"lost:{a}:lease"]  # granted, its reply lost
+        assert direct.keys("lost:*:lease") == [b"lost:{lost:{a}:lease"]  # granted, its reply lost
         proxy.heal()
         # Freed in the background once Redis answers, long before it expires.
         wait_until(lambda: not direct.keys("lost:*:lease"), timeout=20)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import pickle
+import struct
 import threading
 from collections import Counter
 from typing import Any
@@ -12,7 +14,7 @@ import redis
 from redis.crc import key_slot
 
 from stampede import Event, EventKind, JsonSerializer, PickleSerializer, SerializationError, WaitTimeoutError
-from stampede._core.envelope import HEADER, MAGIC, encode
+from stampede._core.envelope import KIND, SIGNED, encode, header
 from stampede._core.keys import KeySpace
 from tests.helpers import Rebuilds, run_threads, wait_until
 
@@ -298,10 +300,13 @@ def test_value_and_lease_share_a_cluster_slot() -> None:
     "foreign",
     [
         b"not an envelope",
-        MAGIC,  # truncated header
-        b"\xa7S\x02" + b"\x00" * 80,  # a signed envelope, to a reader that does not sign
+        bytes([KIND]),  # truncated header
+        bytes([KIND | SIGNED]) + b"\x00" * 80,  # a signed envelope, to a reader that does not sign
         encode(JsonSerializer(), [1], fresh_until=9e9, created_at=0, duration=0),  # another codec
-        HEADER.pack(MAGIC, PickleSerializer.codec_id, 9e9, 0, 0) + b"\x80\x05truncated",
+        header(KIND, PickleSerializer.codec_id, fresh_until=9e9, created_at=0, duration=0)
+        + b"\x80\x05truncated",
+        # stampede's format before this one
+        b"\xa7S\x01\x01" + struct.pack("<ddf", 9e9, 0, 0) + pickle.dumps("old"),
     ],
 )
 def test_foreign_or_corrupt_data_is_a_miss(

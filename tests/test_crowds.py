@@ -355,7 +355,7 @@ def test_a_lost_subscriber_connection_wakes_the_waiters_who_then_get_the_value(
     got: list[Any] = []
     waiter = threading.Thread(target=lambda: got.append(sf.read("k", wait_timeout=30)))
     waiter.start()
-    channel = f"{sf.namespace}:{{k}}:ch".encode()
+    channel = sf._keys("k").channel
     deadline = time.monotonic() + 10
     while client.pubsub_numsub(channel)[0][1] < 1:
         assert time.monotonic() < deadline

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import stampede
+from stampede._core.envelope import HEADER_SIZE
 from tests import workers
 from tests.helpers import wait_until
 
@@ -288,7 +289,7 @@ def test_tagged_integers_count_and_tagged_values_resist_tampering(
     assert sf.get("v").value == "text"
     if signed:
         raw = bytearray(client.get(keys("v").value))
-        raw[raw.index(b"t", 70)] = ord("x")  # the tag block is signed: renamed, it does not verify
+        raw[raw.index(b"t", HEADER_SIZE)] = ord("x")  # the tag block is signed: renamed, it does not verify
         client.set(keys("v").value, bytes(raw))
         assert sf.get("v") is None
 

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from stampede import Compressed, ConfigurationError, JsonSerializer, PickleSerializer, serializer_from
-from stampede._core.envelope import HEADER, encode
+from stampede._core.envelope import CODEC_AT, HEADER_SIZE, KIND, encode, header
 from stampede._core.keys import KeySpace
 
 
@@ -36,7 +36,7 @@ def test_large_values_are_stored_compressed(
     assert sf.get_or_rebuild("page", lambda: PAGE, ttl=60) == PAGE
     assert len(client.get(keys("page").value)) < len(str(PAGE)) // 20
     sf.set("small", [1, 2], ttl=60)
-    assert client.get(keys("small").value)[HEADER.size + 1 :] == b"[1,2]"  # below min_size: as it is
+    assert client.get(keys("small").value)[HEADER_SIZE + 1 :] == b"[1,2]"  # below min_size: as it is
     assert sf.get("small").value == [1, 2]
 
 
@@ -64,7 +64,7 @@ def test_a_decompression_bomb_is_a_miss(
     sf = make_driver(serializer=serializer)
     plain = b" " * 50_000_000
     packed = b"\x01" + zlib.compress(plain) if algorithm == "zlib" else b"\x02" + zstd_compress(plain)
-    bomb = HEADER.pack(b"\xa7S\x01", serializer.codec_id, 9e9, 0, 0) + packed
+    bomb = header(KIND, serializer.codec_id, fresh_until=9e9, created_at=0, duration=0) + packed
     client.set(keys("k").value, bomb)
     assert sf.get("k") is None
     assert sf.get_or_rebuild("k", lambda: "rebuilt", ttl=60) == "rebuilt"
@@ -94,4 +94,4 @@ def test_bad_compression_settings_say_what_is_wrong(make: Any, words: str) -> No
 def test_the_envelope_of_an_uncompressed_value_is_unchanged() -> None:
     # What a reader without compression sees: a codec of its own, so a miss.
     data = encode(Compressed(JsonSerializer()), [1], fresh_until=1.0, created_at=0.0, duration=0.0)
-    assert data[3] == JsonSerializer.codec_id + 128
+    assert data[CODEC_AT] == JsonSerializer.codec_id + 128

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import pickle
-import struct
 from typing import Any
 
 import pytest
@@ -17,7 +16,7 @@ import redis
 
 import stampede
 from stampede import ConfigurationError, EventKind, Signer
-from stampede._core.envelope import HEADER, INT_CODEC, MAGIC
+from stampede._core.envelope import CODEC_AT, FRESH_UNTIL_AT, HEADER_SIZE, INT_CODEC, KIND, header
 from stampede._core.keys import KeySpace
 from tests.helpers import RAN, Planted, Rebuilds, planted_pickle, run_threads
 
@@ -68,8 +67,15 @@ def test_values_round_trip_signed(make_driver: Any) -> None:
     assert sf.get("w").value is None
 
 
-#: Offsets in a signed envelope (see stampede._core.envelope): each is covered by the tag.
-SIGNED_BYTES = {"tag": 30, "signed fresh_until": 60, "signed codec": 64, "signed duration": 66, "payload": -2}
+#: Bits of a signed envelope (see stampede._core.envelope), by offset and mask: each is covered by the tag.
+SIGNED_BYTES = {
+    "signature": (-3, 0x01),
+    "compressed flag": (0, 0x04),
+    "codec": (CODEC_AT, 0x01),
+    "fresh_until": (FRESH_UNTIL_AT + 1, 0x01),
+    "duration": (FRESH_UNTIL_AT + 7, 0x01),
+    "payload": (HEADER_SIZE + 1, 0x01),
+}
 
 
 @pytest.mark.parametrize("where", SIGNED_BYTES)
@@ -80,7 +86,8 @@ def test_an_altered_value_is_a_miss(
     sf.set("k", "genuine", ttl=60)
     assert sf.get("k").value == "genuine"  # verified once: the same bytes are not verified again
     raw = bytearray(client.get(keys("k").value))
-    raw[SIGNED_BYTES[where]] ^= 0x01
+    offset, mask = SIGNED_BYTES[where]
+    raw[offset] ^= mask
     client.set(keys("k").value, bytes(raw))
     assert sf.get("k") is None
     assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
@@ -97,16 +104,14 @@ def test_a_value_copied_to_another_key_is_a_miss(
     assert sf.get_or_rebuild("public-page", lambda: "for everyone", ttl=60) == "for everyone"
 
 
-def test_a_raised_header_freshness_does_not_make_a_value_fresh(
+def test_invalidate_marks_a_signed_value_stale_in_place(
     make_driver: Any, client: redis.Redis, keys: KeySpace
 ) -> None:
-    # The header's fresh_until is unsigned (invalidate lowers it in place);
-    # the signed copy bounds it.
+    # The stale flag is outside the signature (Redis sets it in place): the
+    # value still verifies, and serves stale. Raising fresh_until instead
+    # breaks the signature (test_an_altered_value_is_a_miss).
     sf = make_driver(signing_key=KEY)
     sf.set("k", "old", ttl=60, stale_ttl=600)
-    signed_until = sf.get("k").fresh_until
-    client.setrange(keys("k").value, 4, struct.pack("<d", 9e18))
-    assert sf.get("k").fresh_until == signed_until
     assert sf.invalidate("k") is True
     assert sf.get("k").fresh_until == 0.0
     assert sf.get("k").value == "old"  # served stale, still verified
@@ -115,7 +120,7 @@ def test_a_raised_header_freshness_does_not_make_a_value_fresh(
 
 def test_integers_are_signed_too(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
     sf = make_driver(signing_key=KEY)
-    forged = HEADER.pack(MAGIC, INT_CODEC, 9e9, 0.0, 0.0) + b"1337"
+    forged = header(KIND, INT_CODEC, fresh_until=9e9, created_at=0.0, duration=0.0) + b"1337"
     client.set(keys("n").value, forged)
     assert sf.get("n") is None
     assert sf.incr("n", 1) is None  # a forged integer is no integer to add to

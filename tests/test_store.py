@@ -259,11 +259,11 @@ def test_no_two_keys_share_a_redis_name() -> None:
         made = space(key)
         for name in (made.value, made.lease, made.fence, made.channel, made.scratch):
             assert names.setdefault(name, key) == key, f"{key!r} and {names[name]!r} share {name!r}"
-        # The whole key is the hash tag (a cluster slot of its own), never empty.
-        tag = made.value[made.value.index(b"{") + 1 : made.value.index(b"}")]
-        assert tag
-        assert made.value.endswith(b"}")
-        assert made.value.count(b"}") == 1
+        # The value's name has no hash tag (a cluster slot of its own); the
+        # names beside it have its whole name as theirs (the same slot).
+        assert b"}" not in made.value
+        for beside in (made.lease, made.fence, made.channel, made.scratch):
+            assert beside[beside.index(b"{") + 1 : beside.index(b"}")] == made.value
 
 
 def test_tricky_keys_keep_their_own_values_and_leases(make_driver: Any) -> None:

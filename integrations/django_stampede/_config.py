@@ -36,7 +36,7 @@ _STAMPEDE_OPTIONS = {
 }
 _OTHER_OPTIONS = {
     *("NAMESPACE", "SERIALIZER", "SIGNING_KEY", "ON_EVENT", "SENTINELS", "NEAR_CACHE"),
-    "TAG_CHECK_INTERVAL",
+    *("TAG_CHECK_INTERVAL", "COMPRESS_ABOVE"),
 }
 #: The keys of a dict ``NEAR_CACHE``, as stampede.NearCache's fields.
 _NEAR_CACHE_KEYS = {
@@ -86,6 +86,7 @@ def improperly_configured(exc: stampede.ConfigurationError) -> ImproperlyConfigu
         "namespace": "NAMESPACE",
         "near_cache": "NEAR_CACHE",
         "tag_check_interval": "TAG_CHECK_INTERVAL",
+        "compress_above": "COMPRESS_ABOVE",
         **{field: key for key, field in _STAMPEDE_OPTIONS.items()},
     }
     setting = next((key for field, key in names.items() if text.startswith(field + " ")), None)
@@ -295,6 +296,7 @@ class CacheConfig:
     signing_keys: tuple[bytes, ...] | None = None  # never shown
     near_cache: stampede.NearCache | None = None
     tag_check_interval: float = 0.1
+    compress_above: int | None = 1024
     pool_key: Any = None  # pool_options, hashable: what comparisons use
 
     def __repr__(self) -> str:
@@ -366,6 +368,7 @@ class CacheConfig:
             signing_keys=_signing_keys(raw),
             near_cache=_near_cache(raw.get("NEAR_CACHE"), servers),
             tag_check_interval=raw.get("TAG_CHECK_INTERVAL", 0.1),
+            compress_above=raw.get("COMPRESS_ABOVE", 1024),
         )
 
     def sync_client(self, url: str) -> Any:
@@ -406,4 +409,5 @@ class CacheConfig:
             "on_event": self.on_event,
             "near_cache": self.near_cache,
             "tag_check_interval": self.tag_check_interval,
+            "compress_above": self.compress_above,
         }

@@ -40,7 +40,7 @@ _CORE_OPTIONS = {
 }
 _OWN_OPTIONS = {
     *("namespace", "serializer", "signing_key", "redis_options", "on_event", "near_cache"),
-    "tag_check_interval",
+    *("tag_check_interval", "compress_above"),
 }
 _HELD = "_flask_stampede_leases"
 

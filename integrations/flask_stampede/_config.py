@@ -40,6 +40,7 @@ _OWN = {
     "STAMPEDE_ON_EVENT",
     "STAMPEDE_NEAR_CACHE",
     "STAMPEDE_TAG_CHECK_INTERVAL",
+    "STAMPEDE_COMPRESS_ABOVE",
 }
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 
@@ -140,6 +141,7 @@ class Settings:
     on_event: stampede.EventHook | None = None
     near_cache: stampede.NearCache | None = None
     tag_check_interval: float = 0.1
+    compress_above: int | None = 1024
 
     def __repr__(self) -> str:
         # Printed by error reporters and debuggers: no password in it.
@@ -161,6 +163,7 @@ class Settings:
             "on_event": self.on_event,
             "near_cache": self.near_cache if near else None,
             "tag_check_interval": self.tag_check_interval,
+            "compress_above": self.compress_above,
         }
 
     @classmethod
@@ -217,4 +220,5 @@ class Settings:
             on_event=event_hook(config.get("STAMPEDE_ON_EVENT")),
             near_cache=near,
             tag_check_interval=config.get("STAMPEDE_TAG_CHECK_INTERVAL", 0.1),
+            compress_above=config.get("STAMPEDE_COMPRESS_ABOVE", 1024),
         )

@@ -120,6 +120,7 @@ class Stampede:
                 "namespace": "STAMPEDE_NAMESPACE",
                 "near_cache": "STAMPEDE_NEAR_CACHE",
                 "tag_check_interval": "STAMPEDE_TAG_CHECK_INTERVAL",
+                "compress_above": "STAMPEDE_COMPRESS_ABOVE",
             }
             setting = named.get(str(exc).split(" ", 1)[0], "STAMPEDE_REDIS_OPTIONS")
             raise stampede.ConfigurationError(f"flask_stampede: {setting} is invalid: {exc}") from exc

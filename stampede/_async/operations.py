@@ -321,7 +321,8 @@ class AsyncOperations:
         """
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}")
-        return await self._unlink_matching(self._keys.prefix_pattern(prefix), tag_states=False)
+        under = self._keys.value_prefix(prefix)
+        return await self._unlink_matching(self._keys.prefix_patterns(prefix), under, tag_states=False)
 
     async def clear(self) -> int:
         """Delete every key of this namespace (values, leases, fences, tags' states);
@@ -330,24 +331,25 @@ class AsyncOperations:
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
         """
-        return await self._unlink_matching(self._keys.pattern, tag_states=True)
+        return await self._unlink_matching((self._keys.pattern,), self._keys.prefix, tag_states=True)
 
-    async def _unlink_matching(self, pattern: bytes, *, tag_states: bool) -> int:
+    async def _unlink_matching(self, patterns: Iterable[bytes], under: bytes, *, tag_states: bool) -> int:
         deleted = 0
         with self._server.errors("", "delete keys by pattern"):
-            batch: list[bytes] = []
-            async for name in self._server.client.scan_iter(match=pattern, count=1000):
-                batch.append(name)
-                if len(batch) == 500:
-                    deleted += await self._unlink(batch, tag_states)
-                    batch = []
-            if batch:
-                deleted += await self._unlink(batch, tag_states)
+            for pattern in patterns:
+                batch: list[bytes] = []
+                async for name in self._server.client.scan_iter(match=pattern, count=1000):
+                    batch.append(name)
+                    if len(batch) == 500:
+                        deleted += await self._unlink(batch, under, tag_states)
+                        batch = []
+                if batch:
+                    deleted += await self._unlink(batch, under, tag_states)
         return deleted
 
-    async def _unlink(self, names: list[bytes], tag_states: bool) -> int:
+    async def _unlink(self, names: list[bytes], under: bytes, tag_states: bool) -> int:
         """Delete ``names``; returns how many were values (not leases or fences)."""
-        values, others, fenced = self._settings.unlink_plan(names, tag_states=tag_states)
+        values, others, fenced = self._settings.unlink_plan(names, under=under, tag_states=tag_states)
         if others:
             await self._server.client.unlink(*others)
         deleted = int(await self._server.client.unlink(*values)) if values else 0

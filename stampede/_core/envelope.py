@@ -1,50 +1,51 @@
-"""The stored form of a value: a fixed binary header, then the payload.
+"""The stored form of a value: a 16-byte header, then the payload.
 
 One Redis string holds everything a read needs, so a hit is a single GET::
 
     offset  size  field
-    0       2     magic b"\\xa7S"
-    2       1     format version (1)
-    3       1     codec id of the serializer that wrote the payload, or 0:
-                  an int in decimal ASCII (any serializer reads it, and
-                  Lua scripts can increment it in place)
-    4       8     fresh_until: wall-clock seconds (float64, little endian)
-    12      8     created_at: wall-clock seconds (float64)
-    20      4     duration of the rebuild that produced it, seconds (float32)
-    24      ...   payload
+    0       1     kind: 0xB0 (this format) plus flags: 0x01 signed, 0x02
+                  tagged, 0x04 compressed, 0x08 stale (set in place by Redis)
+    1       6     created_at: Redis's clock when it was written, milliseconds
+                  since the epoch, rounded up (uint48, little endian)
+    7       1     codec id of the serializer that wrote the payload, or 0: an
+                  int (any serializer reads it), in decimal ASCII in an
+                  unsigned value (Lua scripts increment it in place), in
+                  two's complement (little endian, as short as it goes) in a
+                  signed one (only a client, which can sign, changes it)
+    8       6     fresh_until: wall-clock milliseconds (uint48); all ones: never
+    14      2     duration of the rebuild that produced it, seconds (float16)
+    16      ...   a tag block (tagged), then the payload (zlib-deflated when
+                  compressed), then a 16-byte signature (signed)
 
 Wall-clock time because these timestamps are shared between hosts.
 
-A signed value (format version 2) has the same header, then::
+The signature is HMAC-SHA256, truncated to 128 bits, of the Redis key's
+length (uint32) and name, the kind byte without the stale flag, and every
+byte from offset 7 to the signature: so a value forged, altered or copied to
+another key does not verify, and it is checked before anything else is
+read. Not signed: created_at, which Redis stamps on every write (it orders
+writes, for fencing; it does not decide what is served), and the stale flag,
+which Redis sets to mark a value stale (``invalidate``): setting it can only
+make a value stale sooner.
 
-    24      32    HMAC-SHA256 tag of the Redis key's length (uint32) and
-                  name, then of every byte from offset 56 to the end
-    56      8     fresh_until as signed
-    64      1     codec id as signed
-    65      4     duration as signed
-    69      ...   payload
-
-So a value forged, altered or copied to another key does not verify, and
-the tag is checked before anything else is read. A reader takes the codec
-and duration from the signed copies, and the earlier of the two
-fresh_until: the header's own (4-11) stays unsigned because Redis lowers it
-in place to mark a value stale (``invalidate``), so altering it can only
-make a value stale sooner. created_at (12-19) is stamped by Redis's clock
-on every write and is not signed: it orders writes (fencing), it does not
-decide what is served. The signed fields are contiguous so that verifying
-costs one HMAC over one slice.
-
-An entry that records tag versions (see ``stampede._core.tags``) is written
-in format version 3 (unsigned) or 4 (signed): the same fields, then, where
-the payload began, a tag block, then the payload::
+An entry that records tag versions (see ``stampede._core.tags``) carries a
+tag block before its payload::
 
     +0      2     block length L (uint16)
     +2      8     the namespace's version (uint64)
     +10     1     how many tags
     +11     ...   per tag: its version (uint64), its id's length (uint8), its id
 
-A signed entry's block is inside what its HMAC covers. An entry of a
-namespace never invalidated as a whole, and without tags, keeps format 1 or 2.
+An entry of a namespace never invalidated as a whole, and without tags, has
+none.
+
+Payloads of ``compress_above`` bytes or more are stored deflated when that
+saves at least an eighth of them; a reader inflates at most
+:data:`MAX_INFLATED` bytes (a larger one is unreadable: a miss, never a memory
+bomb).
+
+Values written by stampede before this format (their first bytes
+``b"\\xa7S"``) read as a miss, once: the rebuild stores them in this one.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ import math
 import random
 import struct
 import time
+import zlib
 from typing import Any, NamedTuple
 
 from .serializers import Serializer
@@ -60,45 +62,63 @@ from .signing import Signer
 from .tags import DELETED, FRESH, UNTAGGED, Captured, TagStates
 
 __all__ = [
-    "FRESH_UNTIL_OFFSET",
-    "HEADER",
+    "CODEC_AT",
+    "COMPRESSED",
+    "CREATED_AT_AT",
+    "FRESH_UNTIL_AT",
+    "HEADER_SIZE",
     "INT_CODEC",
-    "MAGIC",
-    "SIGNED_MAGIC",
-    "SIGNED_PAYLOAD_AT",
-    "TAGGED_MAGIC",
+    "KIND",
+    "MAC_SIZE",
+    "MAX_INFLATED",
+    "SIGNED",
+    "STALE",
+    "TAGGED",
     "Codec",
     "CorruptEntryError",
     "Dropped",
     "Entry",
     "decode",
     "encode",
+    "fresh_until_bytes",
+    "header",
+    "read_block",
 ]
 
-MAGIC = b"\xa7S\x01"  # magic and format version: what a reader checks first
-SIGNED_MAGIC = b"\xa7S\x02"
-TAGGED_MAGIC = b"\xa7S\x03"
-SIGNED_TAGGED_MAGIC = b"\xa7S\x04"
-#: What every format starts with: the fixed fields are where Lua scripts find them.
-FAMILY = b"\xa7S"
-HEADER = struct.Struct("<3sBddf")
-_SIGNED = struct.Struct("<dBf")  # fresh_until, codec id, duration
-_TAG_AT = HEADER.size
-_SIGNED_AT = _TAG_AT + 32
-SIGNED_PAYLOAD_AT = _SIGNED_AT + _SIGNED.size
-_unpack_signed = _SIGNED.unpack_from
+#: The first byte's high nibble: this format. The low nibble holds the flags.
+KIND = 0xB0
+SIGNED = 0x01
+TAGGED = 0x02
+COMPRESSED = 0x04
+STALE = 0x08
+_HEADER = struct.Struct(
+    "<BIHBIHe"
+)  # kind, created_at (low 32, high 16 bits), codec, fresh_until (same), duration
+HEADER_SIZE = _HEADER.size
+#: Where created_at, the codec id and fresh_until start (0-based), for the Lua scripts.
+CREATED_AT_AT = 1
+CODEC_AT = 7
+FRESH_UNTIL_AT = 8
+MAC_SIZE = 16
 INT_CODEC = 0
-FRESH_UNTIL_OFFSET = 4
+#: fresh_until of a value that never goes stale.
+NEVER = 2**48 - 1
 FOREVER = math.inf
+#: The most bytes a compressed payload may inflate to.
+MAX_INFLATED = 512 * 1024 * 1024
+_LARGEST_HALF = 65504.0  # the largest float16
+_OLD_FORMAT = 0xA7  # the first byte of stampede's earlier formats
 _COPY_BELOW = 16 * 1024
-_unpack_header = HEADER.unpack_from
-_HEADER_SIZE = HEADER.size
+_unpack_header = _HEADER.unpack_from
+_pack_header = _HEADER.pack
 #: Builds an Entry from a tuple without NamedTuple's Python-level __new__.
 _entry = tuple.__new__
 _BLOCK_LENGTH = struct.Struct("<H")
 _BLOCK_HEAD = struct.Struct("<QB")  # the namespace's version, how many tags
 _MARK = struct.Struct("<QB")  # a tag's version, its id's length
 _monotonic = time.monotonic
+_BYTE = [bytes((n,)) for n in range(256)]
+_NOT_STALE = 0xFF ^ STALE
 
 
 class Entry(NamedTuple):
@@ -133,28 +153,32 @@ class Entry(NamedTuple):
         return now + gap >= self.fresh_until
 
 
-def encode(
-    serializer: Serializer,
-    value: Any,
-    *,
-    fresh_until: float,
-    created_at: float,
-    duration: float,
-) -> bytes:
-    """Serialize ``value`` into an envelope; the serializer's errors propagate."""
-    if type(value) is int:  # exactly int: bool and int subclasses go to the serializer
-        codec_id, payload = INT_CODEC, str(value).encode()
-    else:
-        codec_id, payload = serializer.codec_id, serializer.dumps(value)
-    return HEADER.pack(MAGIC, codec_id, fresh_until, created_at, duration) + payload
-
-
 class CorruptEntryError(Exception):
     """Internal: bytes under a key are not an envelope this serializer can read."""
 
 
 class Dropped(Exception):
     """Internal: the entry carries a tag deleted since it was written: a miss."""
+
+
+def _milliseconds(seconds: float) -> int:
+    if seconds >= NEVER / 1000:
+        return NEVER
+    return max(0, int(seconds * 1000))
+
+
+def fresh_until_bytes(fresh_until: float) -> bytes:
+    """``fresh_until`` as the header stores it (for ``touch`` in place)."""
+    return _milliseconds(fresh_until).to_bytes(6, "little")
+
+
+def header(kind: int, codec_id: int, *, fresh_until: float, created_at: float, duration: float) -> bytes:
+    """The 16-byte header of an envelope."""
+    created, fresh = _milliseconds(created_at), _milliseconds(fresh_until)
+    duration = min(max(duration, 0.0), _LARGEST_HALF)
+    return _pack_header(
+        kind, created & 0xFFFFFFFF, created >> 32, codec_id, fresh & 0xFFFFFFFF, fresh >> 32, duration
+    )
 
 
 def tag_block(captured: Captured) -> bytes:
@@ -188,47 +212,31 @@ def read_block(raw: bytes, at: int) -> tuple[int, tuple[tuple[bytes, int], ...],
     return namespace, tuple(tags), end
 
 
-def decode(serializer: Serializer, raw: bytes) -> Entry:
-    """Decode an envelope, raising :class:`CorruptEntryError` for anything foreign."""
-    # On every hit: written for speed (one unpack, no slice to check the magic).
-    try:
-        magic, codec_id, fresh_until, created_at, duration = _unpack_header(raw)
-    except struct.error:
-        magic = None
-    if magic != MAGIC:
-        raise CorruptEntryError("not a stampede envelope of a known format version")
-    if codec_id == INT_CODEC:
-        try:
-            return _entry(Entry, (int(raw[_HEADER_SIZE:]), fresh_until, created_at, duration))
-        except ValueError as exc:
-            raise CorruptEntryError(f"integer payload does not decode: {exc}") from exc
-    if codec_id != serializer.codec_id:
-        raise CorruptEntryError(
-            f"written by serializer codec {codec_id}, this one reads codec " f"{serializer.codec_id}"
-        )
-    # A memoryview avoids copying a large payload; a small one is quicker to copy.
-    payload = raw[_HEADER_SIZE:] if len(raw) < _COPY_BELOW else memoryview(raw)[_HEADER_SIZE:]
-    try:
-        value = serializer.loads(payload)
-    except Exception as exc:
-        raise CorruptEntryError(f"payload does not decode: {exc!r}") from exc
-    return _entry(Entry, (value, fresh_until, created_at, duration))
+def _foreign(raw: Any) -> CorruptEntryError:
+    if isinstance(raw, (bytes, bytearray, memoryview)) and raw[:1] == b"\xa7":
+        return CorruptEntryError("written in an earlier stampede format: a miss, rebuilt in this one")
+    return CorruptEntryError("not a stampede envelope of a known format version")
 
 
 class Codec:
     """How one instance writes and reads envelopes: its serializer, its
-    :class:`~stampede._core.signing.Signer` when values are signed, and the
-    tag states its reads are judged by."""
+    :class:`~stampede._core.signing.Signer` when values are signed, the tag
+    states its reads are judged by, and from what size payloads are
+    compressed (``None``: never)."""
 
-    __slots__ = ("_verified", "_verified_bytes", "magic", "serializer", "signer", "tags")
+    __slots__ = ("_verified", "_verified_bytes", "compress_above", "serializer", "signer", "tags")
 
     def __init__(
-        self, serializer: Serializer, signer: Signer | None = None, tags: TagStates | None = None
+        self,
+        serializer: Serializer,
+        signer: Signer | None = None,
+        tags: TagStates | None = None,
+        compress_above: int | None = None,
     ) -> None:
         self.serializer = serializer
         self.signer = signer
         self.tags = tags
-        self.magic = MAGIC if signer is None else SIGNED_MAGIC
+        self.compress_above = compress_above
         # The bytes last verified under each Redis key: a hot key's next read
         # returns the very same bytes, which need no second HMAC (the same
         # bytes verify the same way). Bounded by _VERIFIED_*.
@@ -247,54 +255,64 @@ class Codec:
     ) -> bytes:
         """The envelope of ``value`` to store under the Redis key ``name``,
         recording the tag versions ``captured``."""
+        kind = KIND
         if type(value) is int:  # exactly int: bool and int subclasses go to the serializer
-            codec_id, payload = INT_CODEC, str(value).encode()
+            codec_id, payload = INT_CODEC, self._int_payload(value)
         else:
             codec_id, payload = self.serializer.codec_id, self.serializer.dumps(value)
-        block = b"" if captured == UNTAGGED else tag_block(captured)
+            threshold = self.compress_above
+            if threshold is not None and len(payload) >= threshold:
+                packed = zlib.compress(payload)
+                if len(packed) <= len(payload) - len(payload) // 8:  # worth inflating on every read
+                    kind, payload = kind | COMPRESSED, packed
+        block = b""
+        if captured != UNTAGGED:
+            kind, block = kind | TAGGED, tag_block(captured)
+        if self.signer is not None:
+            kind |= SIGNED
+        head = header(kind, codec_id, fresh_until=fresh_until, created_at=created_at, duration=duration)
         if self.signer is None:
-            magic = TAGGED_MAGIC if block else MAGIC
-            return HEADER.pack(magic, codec_id, fresh_until, created_at, duration) + block + payload
-        return self._signed(name, fresh_until, created_at, codec_id, duration, block, payload)
+            return head + block + payload
+        body = head + block + payload
+        return body + self._mac(name, kind, memoryview(body)[CODEC_AT:])
+
+    def _int_payload(self, number: int) -> bytes:
+        if self.signer is None:
+            return str(number).encode()
+        return number.to_bytes((number + (number < 0)).bit_length() // 8 + 1, "little", signed=True)
 
     def resigned(
-        self, name: bytes, raw: bytes, *, payload: bytes | None = None, fresh_until: float | None = None
+        self, name: bytes, raw: bytes, *, number: int | None = None, fresh_until: float | None = None
     ) -> bytes:
-        """A verified signed envelope ``raw`` with a new integer ``payload`` or a
-        new ``fresh_until``, signed again (``incr`` and ``touch`` of signed values)."""
-        _, codec_id, header_until, created_at, _ = _unpack_header(raw)
-        signed_until, codec_id, duration = _unpack_signed(raw, _SIGNED_AT)
-        block, payload_at = b"", SIGNED_PAYLOAD_AT
-        if raw[:3] == SIGNED_TAGGED_MAGIC:
-            payload_at = read_block(raw, SIGNED_PAYLOAD_AT)[2]
-            block = raw[SIGNED_PAYLOAD_AT:payload_at]
-        if fresh_until is None:
-            fresh_until = min(header_until, signed_until)
-        if payload is None:
-            payload = raw[payload_at:]
+        """A verified signed envelope ``raw`` with a new integer ``number`` or a
+        new ``fresh_until`` (no longer stale), signed again (``incr`` and
+        ``touch`` of signed values)."""
+        kind, c_low, c_high, codec_id, f_low, f_high, duration = _unpack_header(raw)
+        payload_at = read_block(raw, HEADER_SIZE)[2] if kind & TAGGED else HEADER_SIZE
+        block = raw[HEADER_SIZE:payload_at]
+        if number is None:
+            payload = raw[payload_at:-MAC_SIZE]
         else:
-            codec_id = INT_CODEC
-        return self._signed(name, fresh_until, created_at, codec_id, duration, block, payload)
+            codec_id, kind, payload = INT_CODEC, kind & ~COMPRESSED, self._int_payload(number)
+        fresh = f_low | f_high << 32
+        if fresh_until is not None:
+            fresh, kind = _milliseconds(fresh_until), kind & _NOT_STALE
+        body = (
+            _pack_header(kind, c_low, c_high, codec_id, fresh & 0xFFFFFFFF, fresh >> 32, duration)
+            + block
+            + payload
+        )
+        return body + self._mac(name, kind, memoryview(body)[CODEC_AT:])
 
-    def _signed(
-        self,
-        name: bytes,
-        fresh_until: float,
-        created_at: float,
-        codec_id: int,
-        duration: float,
-        block: bytes,
-        payload: bytes,
-    ) -> bytes:
+    def _mac(self, name: bytes, kind: int, signed: bytes | memoryview) -> bytes:
         assert self.signer is not None
-        signed = _SIGNED.pack(fresh_until, codec_id, duration) + block + payload
-        tag = self.signer.sign(_name_part(name), signed)
-        magic = SIGNED_TAGGED_MAGIC if block else SIGNED_MAGIC
-        return HEADER.pack(magic, codec_id, fresh_until, created_at, duration) + tag + signed
+        return self.signer.sign(_name_part(name), _BYTE[kind & _NOT_STALE], signed)
 
-    def _verify(self, name: bytes, raw: bytes, view: bytes | memoryview) -> None:
+    def _verify(self, name: bytes, raw: bytes, kind: int) -> None:
         assert self.signer is not None
-        if not self.signer.verify(view[_TAG_AT:_SIGNED_AT], _name_part(name), view[_SIGNED_AT:]):
+        view = memoryview(raw)
+        signed = view[CODEC_AT:-MAC_SIZE]
+        if not self.signer.verify(view[-MAC_SIZE:], _name_part(name), _BYTE[kind & _NOT_STALE], signed):
             raise CorruptEntryError(
                 "the signature does not match: the value was forged or altered, copied from "
                 "another key, or signed with a key this instance does not have"
@@ -315,72 +333,59 @@ class Codec:
         count as unchanged). ``tracked``: the caller just found the tracking
         connection quiet (a near hit), so tracked states are exact."""
         # On every hit: written for speed.
-        if self.signer is not None:
-            return self._decode_signed(name, raw, strict, tracked)
         try:
-            magic, codec_id, fresh_until, created_at, duration = _unpack_header(raw)
-        except struct.error:
-            magic = None
-        tags: tuple[tuple[bytes, int], ...] = ()
-        if magic == MAGIC:
-            namespace, payload_at = 0, _HEADER_SIZE
-        elif magic == TAGGED_MAGIC:
-            namespace, tags, payload_at = read_block(raw, _HEADER_SIZE)
+            kind, c_low, c_high, codec_id, f_low, f_high, duration = _unpack_header(raw)
+        except (struct.error, TypeError):
+            raise _foreign(raw) from None
+        if kind & 0xF0 != KIND:
+            raise _foreign(raw)
+        end = len(raw)
+        if self.signer is not None:
+            if not kind & SIGNED or end < HEADER_SIZE + MAC_SIZE:
+                raise CorruptEntryError("the value is not signed, and this instance reads signed values only")
+            if self._verified.get(name) != raw:  # a comparison with public bytes: no secret to time
+                self._verify(name, raw, kind)
+            end -= MAC_SIZE
+        elif kind & SIGNED:
+            raise CorruptEntryError(
+                "the value is signed, and this instance has no signing key to read it: give it "
+                "the writers' signing_key"
+            )
+        fresh = f_low | f_high << 32
+        fresh_until = 0.0 if kind & STALE else FOREVER if fresh == NEVER else fresh / 1000
+        if kind & TAGGED:
+            namespace, tags, payload_at = read_block(raw, HEADER_SIZE)
+            if payload_at > end:
+                raise CorruptEntryError("tag block does not decode: it runs into the signature")
+            # Judged before the payload is decoded: a deleted entry costs no unpickling.
+            fresh_until = self._judged(fresh_until, namespace, tags, strict, tracked)
         else:
-            if magic == SIGNED_MAGIC or magic == SIGNED_TAGGED_MAGIC:
-                raise CorruptEntryError(
-                    "the value is signed, and this instance has no signing key to read it"
-                )
-            raise CorruptEntryError("not a stampede envelope of a known format version")
-        # Judged before the payload is decoded: a deleted entry costs no unpickling.
-        fresh_until = self._judged(fresh_until, namespace, tags, strict, tracked)
-        value = self._payload(raw, codec_id, payload_at)
-        return _entry(Entry, (value, fresh_until, created_at, duration))
+            payload_at = HEADER_SIZE
+            if self.tags is not None:
+                fresh_until = self._judged(fresh_until, 0, (), strict, tracked)
+        value = self._payload(raw, kind, codec_id, payload_at, end)
+        return _entry(Entry, (value, fresh_until, (c_low | c_high << 32) / 1000, duration))
 
     @staticmethod
     def recorded(raw: Any) -> tuple[bytes, ...]:
         """The tag ids whose state judges ``raw`` (the namespace's, ``b""``,
         first), read from its header alone: nothing verified or decoded."""
-        if not isinstance(raw, bytes):
+        if not isinstance(raw, bytes) or len(raw) < HEADER_SIZE or raw[0] & 0xF0 != KIND:
             return ()
-        magic = raw[:3]
-        if magic == TAGGED_MAGIC or magic == SIGNED_TAGGED_MAGIC:
+        if raw[0] & TAGGED:
             try:
-                _, tags, _ = read_block(raw, _HEADER_SIZE if magic == TAGGED_MAGIC else SIGNED_PAYLOAD_AT)
+                _, tags, _ = read_block(raw, HEADER_SIZE)
             except CorruptEntryError:
                 return ()
             return (b"", *(tag for tag, _ in tags))
-        return (b"",) if magic == MAGIC or magic == SIGNED_MAGIC else ()
+        return (b"",)
 
-    def _decode_signed(self, name: bytes, raw: bytes, strict: bool, tracked: bool) -> Entry:
-        # On every hit: the tag is checked before anything else is read.
-        magic = raw[:3]
-        if (magic != SIGNED_MAGIC and magic != SIGNED_TAGGED_MAGIC) or len(raw) < SIGNED_PAYLOAD_AT:
-            if magic == MAGIC or magic == TAGGED_MAGIC:
-                raise CorruptEntryError("the value is not signed, and this instance reads signed values only")
-            raise CorruptEntryError("not a signed stampede envelope")
-        large = len(raw) >= _COPY_BELOW
-        view = memoryview(raw) if large else raw
-        if self._verified.get(name) != raw:  # a comparison with public bytes: no secret to time
-            self._verify(name, raw, view)
-        (header_until, created_at) = _unpack_times(raw, FRESH_UNTIL_OFFSET)
-        signed_until, codec_id, duration = _unpack_signed(raw, _SIGNED_AT)
-        # Redis may have lowered the header's copy (invalidate); never raised it.
-        fresh_until = header_until if header_until < signed_until else signed_until
-        tags: tuple[tuple[bytes, int], ...] = ()
-        if magic == SIGNED_MAGIC:
-            namespace, payload_at = 0, SIGNED_PAYLOAD_AT
-        else:
-            namespace, tags, payload_at = read_block(raw, SIGNED_PAYLOAD_AT)
-        # Judged before the payload is decoded: a deleted entry costs no unpickling.
-        fresh_until = self._judged(fresh_until, namespace, tags, strict, tracked)
-        value = self._payload(view, codec_id, payload_at)
-        return _entry(Entry, (value, fresh_until, created_at, duration))
-
-    def _payload(self, raw: bytes | memoryview, codec_id: int, at: int) -> Any:
+    def _payload(self, raw: bytes, kind: int, codec_id: int, at: int, end: int) -> Any:
         if codec_id == INT_CODEC:
+            if kind & SIGNED:
+                return int.from_bytes(raw[at:end], "little", signed=True)
             try:
-                return int(bytes(raw[at:]))
+                return int(raw[at:end])
             except ValueError as exc:
                 raise CorruptEntryError(f"integer payload does not decode: {exc}") from exc
         serializer = self.serializer
@@ -389,8 +394,10 @@ class Codec:
                 f"written by serializer codec {codec_id}, this one reads codec {serializer.codec_id}"
             )
         # A memoryview avoids copying a large payload; a small one is quicker to copy.
-        payload = raw[at:] if len(raw) < _COPY_BELOW else memoryview(raw)[at:]
+        payload: bytes | memoryview = raw[at:end] if end < _COPY_BELOW else memoryview(raw)[at:end]
         try:
+            if kind & COMPRESSED:
+                payload = inflated(payload)
             return serializer.loads(payload)
         except Exception as exc:
             raise CorruptEntryError(f"payload does not decode: {exc!r}") from exc
@@ -419,7 +426,34 @@ class Codec:
         return fresh_until
 
 
-_unpack_times = struct.Struct("<dd").unpack_from
+def inflated(payload: bytes | memoryview) -> bytes:
+    """A compressed payload inflated, refusing one larger than :data:`MAX_INFLATED`."""
+    inflater = zlib.decompressobj()
+    plain = inflater.decompress(payload, MAX_INFLATED)
+    if inflater.unconsumed_tail or not inflater.eof:
+        raise ValueError(f"compressed payload larger than {MAX_INFLATED} bytes, or truncated")
+    return plain
+
+
+def encode(
+    serializer: Serializer,
+    value: Any,
+    *,
+    fresh_until: float,
+    created_at: float,
+    duration: float,
+) -> bytes:
+    """An unsigned, uncompressed envelope of ``value``; the serializer's errors propagate."""
+    return Codec(serializer).encode(
+        b"", value, fresh_until=fresh_until, created_at=created_at, duration=duration
+    )
+
+
+def decode(serializer: Serializer, raw: bytes) -> Entry:
+    """Decode an unsigned envelope, raising :class:`CorruptEntryError` for anything foreign."""
+    return Codec(serializer).decode(b"", raw)
+
+
 #: What Codec keeps of the bytes it verified: values up to 16 KiB, of up to
 #: 4096 keys, 8 MiB in all (a bound on memory, not on correctness).
 _VERIFIED_LARGEST = 16 * 1024

@@ -18,9 +18,12 @@ _MADE_KEY_LENGTH = 200
 class Keys:
     """The Redis names used for one cache key.
 
-    ``value`` and ``lease`` share a ``{hash tag}``, so the scripts that
-    touch both run on Redis Cluster. Built on every call, so only the value
-    key is made up front: a hit needs nothing else.
+    The value's name is ``<namespace>:{<key>``, without a hash tag (the key is
+    escaped to hold no ``}``), so a cluster places it by all of its name. Its
+    lease, fence, scratch key and channel are ``<namespace>:{<value's name>}:...``:
+    their hash tag is the value's whole name, so they share its slot and the
+    scripts that touch them all run on Redis Cluster. Built on every call, so
+    only the value's name is made up front: a hit needs nothing else.
     """
 
     __slots__ = ("name", "value")
@@ -29,39 +32,43 @@ class Keys:
         self.name = name  # the key as the caller gave it, for messages and events
         self.value = value
 
+    def _beside(self, suffix: bytes) -> bytes:
+        value = self.value
+        # The namespace holds no brace: the first one ends the prefix.
+        return value[: value.index(b"{") + 1] + value + suffix
+
     @property
     def lease(self) -> bytes:
-        return self.value + b":lease"
+        return self._beside(b"}:lease")
 
     @property
     def channel(self) -> bytes:
-        return self.value + b":ch"
+        return self._beside(b"}:ch")
 
     @property
     def fence(self) -> bytes:
         """When the key was last deleted or invalidated (server time), for a while."""
-        return self.value + b":fence"
+        return self._beside(b"}:fence")
 
     @property
     def script_keys(self) -> list[bytes]:
         """The keys every script is given, in the order the scripts expect."""
-        value = self.value
-        return [value, value + b":lease", value + b":tmp", value + b":fence"]
+        return [self.value, self.lease, self.scratch, self.fence]
 
     @property
     def scratch(self) -> bytes:
         """A key for a script's temporary arithmetic, in the same slot."""
-        return self.value + b":tmp"
+        return self._beside(b"}:tmp")
 
     def __repr__(self) -> str:
         return f"Keys({self.name!r}, {self.value!r})"
 
 
 def _escape(raw: bytes) -> bytes:
-    """``raw`` with ``%`` and ``}`` escaped (``%25``, ``%7D``), so that a key is all
-    of its hash tag and a value's name is the only name with its ``}`` last: no
-    two keys, and no key and another's lease or fence, ever share a name. A
-    prefix of a key escapes to a prefix of the key's escape."""
+    """``raw`` with ``%`` and ``}`` escaped (``%25``, ``%7D``), so that a value's
+    name holds no ``}`` (no hash tag) and every other name of the namespace
+    does: no two keys, and no key and another's lease or fence, ever share a
+    name. A prefix of a key escapes to a prefix of the key's escape."""
     if b"}" in raw or b"%" in raw:
         return raw.replace(b"%", b"%25").replace(b"}", b"%7D")
     return raw
@@ -98,14 +105,20 @@ class KeySpace:
 
     def key_of(self, value: bytes) -> str:
         """The cache key whose value is named ``value`` (for display)."""
-        raw = value[len(self._prefix) : -1]
+        raw = value[len(self._prefix) :]
         if b"%" in raw:
             raw = raw.replace(b"%7D", b"}").replace(b"%25", b"%")
         return raw.decode("utf-8", "backslashreplace")
 
-    def prefix_pattern(self, prefix: str) -> bytes:
-        """SCAN pattern for the names of every key starting with ``prefix``."""
-        return _glob_escape(self._prefix + _escape(prefix.encode("utf-8", "surrogatepass"))) + b"*"
+    def value_prefix(self, prefix: str) -> bytes:
+        """What the names of the values of every key starting with ``prefix`` start with."""
+        return self._prefix + _escape(prefix.encode("utf-8", "surrogatepass"))
+
+    def prefix_patterns(self, prefix: str) -> tuple[bytes, bytes]:
+        """SCAN patterns for the values of every key starting with ``prefix``,
+        and for their leases, fences and scratch keys."""
+        under = self.value_prefix(prefix)
+        return _glob_escape(under) + b"*", _glob_escape(self._prefix + under) + b"*"
 
     def __call__(self, key: str | bytes) -> Keys:
         if type(key) is str or type(key) is bytes:
@@ -133,4 +146,4 @@ class KeySpace:
             raise ConfigurationError("key must not be empty")
         if len(raw) > _MAX_KEY_BYTES:
             raise ConfigurationError(f"key is {len(raw)} bytes long; the limit is {_MAX_KEY_BYTES}")
-        return Keys(name, self._prefix + _escape(raw) + b"}")
+        return Keys(name, self._prefix + _escape(raw))

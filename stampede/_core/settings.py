@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .._exceptions import ConfigurationError, WaitTimeoutError
 from .envelope import (
-    FAMILY,
-    FRESH_UNTIL_OFFSET,
-    HEADER,
-    INT_CODEC,
-    MAGIC,
-    TAGGED_MAGIC,
+    HEADER_SIZE,
+    KIND,
+    TAGGED,
     Codec,
     CorruptEntryError,
     Dropped,
     Entry,
+    fresh_until_bytes,
     read_block,
 )
 from .events import Event, EventHook, EventKind, logger
@@ -68,6 +65,7 @@ class Settings:
         on_event: EventHook | None = None,
         clock: Clock | None = None,
         tag_check_interval: float = 0.1,
+        compress_above: int | None = 1024,
         option_values: Mapping[str, Any] | None = None,
     ) -> None:
         base = options if options is not None else Options()
@@ -81,6 +79,12 @@ class Settings:
         codec_id = serializer.codec_id
         if isinstance(codec_id, bool) or not isinstance(codec_id, int) or not 1 <= codec_id <= 255:
             raise ConfigurationError(f"serializer.codec_id must be an int in 1..255, got {codec_id!r}")
+        if compress_above is not None and (
+            isinstance(compress_above, bool) or not isinstance(compress_above, int) or compress_above < 0
+        ):
+            raise ConfigurationError(
+                f"compress_above must be a number of bytes (an int >= 0) or None, got {compress_above!r}"
+            )
         if on_event is not None and not callable(on_event):
             raise ConfigurationError(f"on_event must be callable, got {on_event!r}")
         #: Names this instance's keys in Redis.
@@ -91,7 +95,7 @@ class Settings:
         #: The tag states this process read lately (see ``stampede._core.tags``).
         self.tags = TagStates(self.keys.prefix, tag_check_interval)
         self._tag_ids: dict[Any, tuple[bytes, ...]] = {}
-        self.codec = Codec(serializer, signer_from(signing_key), self.tags)
+        self.codec = Codec(serializer, signer_from(signing_key), self.tags, compress_above)
         #: The near cache's settings, if it has one.
         self.near = NearCache.from_setting(near_cache)
         self._decode_raw = self.codec.decode  # bound once: it is on every hit
@@ -200,10 +204,12 @@ class Settings:
     def deleted_by_tags(self, head: Any) -> bool:
         """Whether a value whose header (and tag block) is ``head`` carries a
         tag deleted since it was written (by the tag states known)."""
-        if not isinstance(head, bytes) or head[:3] != TAGGED_MAGIC:
+        if not isinstance(head, bytes) or len(head) < HEADER_SIZE or head[0] & 0xF0 != KIND:
+            return False
+        if not head[0] & TAGGED:
             return False
         try:
-            namespace, tags, _ = read_block(head, HEADER.size)
+            namespace, tags, _ = read_block(head, HEADER_SIZE)
         except CorruptEntryError:
             return False
         return self.tags.verdict(namespace, tags, strict=False) == DELETED
@@ -333,11 +339,10 @@ class Settings:
         return ["", 0, keys.channel, self.options.lapse_ms]
 
     def invalidate_args(self) -> list[Any]:
-        return [FAMILY, FRESH_UNTIL_OFFSET, b"\x00" * 8, self.options.lapse_ms]
+        return [self.options.lapse_ms]
 
     def touch_args(self, options: Options) -> list[Any]:
-        fresh_until = struct.pack("<d", self.fresh_until(options))
-        return [MAGIC, FRESH_UNTIL_OFFSET, fresh_until, options.expire_ms or 0, TAGGED_MAGIC]
+        return [fresh_until_bytes(self.fresh_until(options)), options.expire_ms or 0]
 
     def fresh_until(self, options: Options) -> float:
         ttl = options.ttl
@@ -356,13 +361,13 @@ class Settings:
         total = value + delta
         if not -(2**63) <= total < 2**63:  # as Redis's INCRBY on unsigned values
             raise OverflowError(f"incrementing key {keys.name!r} leaves the 64-bit integer range")
-        return self.codec.resigned(keys.value, raw, payload=str(total).encode()), total
+        return self.codec.resigned(keys.value, raw, number=total), total
 
     @staticmethod
     def incr_args(delta: int) -> list[Any]:
         if isinstance(delta, bool) or not isinstance(delta, int):
             raise ConfigurationError(f"delta must be an int, got {delta!r}")
-        return [MAGIC + bytes([INT_CODEC]), HEADER.size, delta, TAGGED_MAGIC + bytes([INT_CODEC])]
+        return [delta]
 
     @staticmethod
     def incr_result(keys: Keys, reply: list[Any]) -> int | None:
@@ -413,21 +418,39 @@ class Settings:
                 found[key] = entry.value
         return found, unknown
 
-    @staticmethod
     def unlink_plan(
-        names: list[bytes], *, tag_states: bool = False
+        self, names: list[bytes], *, under: bytes, tag_states: bool = False
     ) -> tuple[list[bytes], list[bytes], list[Keys]]:
-        """Sort names that ``SCAN`` found under this namespace for deletion:
-        values and other keys to unlink, and keys whose rebuild is under way
-        (they have a lease) to delete as ``delete`` does, leaving a fence, so
-        that rebuild cannot store what it read before. Fences are left to
-        expire: deleting one would let such a commit through. Tags' states
-        are unlinked only with ``tag_states`` (``clear``): other entries may
-        carry a tag whose name starts like a prefix of keys."""
-        leased = {name[:-6] for name in names if name.endswith(b":lease")}
-        values = [name for name in names if name.endswith(b"}") and name not in leased]
-        kept = (b"}", b":lease", b":fence") if tag_states else (b"}", b":lease", b":fence", SUFFIX)
-        others = [name for name in names if not name.endswith(kept)]
+        """Sort names that ``SCAN`` found under this namespace for deleting the
+        values whose names start with ``under``: values and other keys to
+        unlink, and keys whose rebuild is under way (they have a lease) to
+        delete as ``delete`` does, leaving a fence, so that rebuild cannot
+        store what it read before. Fences are left to expire: deleting one
+        would let such a commit through. Tags' states are unlinked only with
+        ``tag_states`` (``clear``): other entries may carry a tag whose name
+        starts like a prefix of keys."""
+        prefix = self.keys.prefix
+        leased: set[bytes] = set()
+        values: list[bytes] = []
+        others: list[bytes] = []
+        for name in names:
+            if b"}" not in name:  # a value's name: the only kind without one
+                if name.startswith(under):
+                    values.append(name)
+                continue
+            if name.endswith(SUFFIX):  # a tag's state
+                if tag_states:
+                    others.append(name)
+                continue
+            end = name.rfind(b"}")
+            value = name[len(prefix) : end]  # what a lease, fence or scratch key is beside
+            if not name.startswith(prefix) or not value.startswith(under):
+                continue
+            if name[end:] == b"}:lease":
+                leased.add(value)
+            elif name[end:] != b"}:fence":
+                others.append(name)
+        values = [name for name in values if name not in leased]
         fenced = [Keys(value.decode("utf-8", "backslashreplace"), value) for value in sorted(leased)]
         return values, others, fenced
 
@@ -458,7 +481,7 @@ class Settings:
             return "acquire", [op.token, options.lease_ms]
         if isinstance(op, Commit):
             since = "" if op.won_at is None else op.won_at
-            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, FAMILY, options.lapse_ms]
+            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, options.lapse_ms]
             return "commit", args
         return "release", [op.token, keys.channel, CANCELLED if op.retake else RELEASED]
 

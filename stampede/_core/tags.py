@@ -74,6 +74,8 @@ _LOST = (-1, 0)
 _UNSEEN = (0, 0)  # the namespace's, before its first invalidate_all
 _MAX_STATES = 10_000
 _NOT_READ = (0, 0, float("-inf"), False)
+#: While Redis fails to answer for a state, how often it is asked again at least.
+_RETRY_AFTER_FAILURE = 0.1
 
 
 class Captured(NamedTuple):
@@ -242,24 +244,28 @@ class TagStates:
             worst = _judge(namespace, state)
         else:
             unknown.append(NAMESPACE)
+        outdated: list[bytes] = []
+        if namespace > state[0] and state is not _NOT_READ:
+            outdated.append(NAMESPACE)
         states = self._states
         for tag, version in tags:
             state = states.get(tag)  # type: ignore[assignment]
-            if (
-                state is None
-                or (now >= state[2] and not (tracked and state[3]) and strict)
-                or (version > state[0] and state[0] >= 0)
-            ):
-                # Not read lately, or read before the entry was written (a
-                # state this process holds is older than the entry's: not
-                # a reason to find it stale).
-                unknown.append(tag)
+            if state is not None and version > state[0] and state[0] >= 0:
+                # Read before the entry was written (a state this process
+                # holds is older than the entry's: not a reason to find it
+                # stale): it is of no use any more.
+                outdated.append(tag)
+                state = None  # type: ignore[assignment]
+            if state is None or (now >= state[2] and not (tracked and state[3]) and strict):
+                unknown.append(tag)  # not read lately
                 continue
             judged = _judge(version, state)
             if judged > worst:
                 worst = judged
         if unknown and strict and worst != DELETED:
-            self._forget(unknown)
+            # States merely expired are kept: should Redis fail to answer for
+            # them, they are what reads judge by (see prolong).
+            self._forget(outdated)
             raise TagsUnknown(tuple(unknown))
         return worst
 
@@ -271,6 +277,31 @@ class TagStates:
                     self.namespace = _NOT_READ
                 else:
                     self._states.pop(tag, None)
+
+    def prolong(self, ids: Iterable[bytes]) -> bool:
+        """Redis failed to answer for the states of ``ids``: trust those held,
+        however old, for another ``tag_check_interval`` (nobody can change a
+        state while its node does not answer; a node that failed over answers
+        again, and is read then). Returns whether all of them are held: a
+        state never read leaves the entry's freshness unknown."""
+        now = self._monotonic()
+        until = now + max(self.interval, _RETRY_AFTER_FAILURE)
+        held = True
+        with self._lock:
+            for tag in ids:
+                if tag == NAMESPACE:
+                    state = self.namespace
+                    if state is _NOT_READ:
+                        held = False
+                    elif now >= state[2]:
+                        self.namespace = (state[0], state[1], until, state[3])
+                    continue
+                found = self._states.get(tag)
+                if found is None:
+                    held = False
+                elif now >= found[2]:
+                    self._states[tag] = (found[0], found[1], until, found[3])
+        return held
 
     def known(self, ids: Iterable[bytes]) -> dict[bytes, tuple[int, int]] | None:
         """The states of ``ids`` if all are known lately, else ``None``."""

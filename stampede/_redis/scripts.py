@@ -9,14 +9,17 @@ Keys: KEYS[1] is the value, KEYS[2] the lease, KEYS[3] a scratch key, KEYS[4]
 the fence (when the key was last deleted or invalidated); all carry the
 same hash tag.
 
-Fencing trusts only Redis's clock: every stored value carries, at bytes
-13-20 of its header, the server's ``TIME`` when it was written, and a lease
-reports the server's ``TIME`` when it was won. A commit whose lease lapsed
-stores only if nothing was written, deleted or invalidated since then;
+Fencing trusts only Redis's clock: every stored value carries, in its header
+(see ``stampede._core.envelope``: bytes 2-7, counting from 1 as Lua does),
+the server's ``TIME`` when it was written, in milliseconds rounded up, and a
+lease reports the server's ``TIME`` when it was won. A commit whose lease
+lapsed stores only if nothing was written, deleted or invalidated since then;
 two hosts' clocks are never compared.
 """
 
 from __future__ import annotations
+
+from .._core import envelope
 
 __all__ = [
     "ACQUIRE",
@@ -60,6 +63,31 @@ local function server_now_text()
 end
 """
 
+# The envelope's layout (stampede._core.envelope), for the scripts that read
+# or change a header in place: a value is ours when its first byte's high
+# nibble is KIND; created_at and fresh_until are uint48 at these 1-based
+# offsets; a tagged value's tag block starts with its length (uint16).
+_LAYOUT = f"""
+local KIND, SIGNED, TAGGED = {envelope.KIND}, {envelope.SIGNED}, {envelope.TAGGED}
+local COMPRESSED, STALE = {envelope.COMPRESSED}, {envelope.STALE}
+local HEADER, CREATED_AT = {envelope.HEADER_SIZE}, {envelope.CREATED_AT_AT + 1}
+local CODEC, INT_CODEC = {envelope.CODEC_AT + 1}, {envelope.INT_CODEC}
+local FRESH_UNTIL = {envelope.FRESH_UNTIL_AT + 1}
+-- The flags of a value of ours, or nil.
+local function flags_of(v)
+  if type(v) ~= 'string' or string.len(v) < HEADER then return nil end
+  local kind = string.byte(v, 1)
+  if bit.band(kind, 0xF0) ~= KIND then return nil end
+  return bit.band(kind, 0x0F)
+end
+-- Where a value's payload starts (after its tag block, if tagged).
+local function payload_at(v, flags)
+  if bit.band(flags, TAGGED) == 0 then return HEADER end
+  if string.len(v) < HEADER + 2 then return nil end
+  return HEADER + 2 + struct.unpack('<H', string.sub(v, HEADER + 1, HEADER + 2))
+end
+"""
+
 # Reads the value, tolerating a key of another type (foreign data: a miss).
 _READ_VALUE = """
 local function read_value()
@@ -70,13 +98,16 @@ end
 """
 
 # Writes the value with its expiry in milliseconds ('0': none), stamped with
-# the server's clock in the header's written-at field (bytes 13-20).
+# the server's clock in the header's created_at field.
 _SET_VALUE = (
     _NOW
+    + _LAYOUT
     + """
 local function stamped(data)
-  if string.len(data) < 24 then return data end
-  return string.sub(data, 1, 12) .. struct.pack('<d', server_now()) .. string.sub(data, 21)
+  if not flags_of(data) then return data end
+  local t = redis.call('TIME')
+  local ms = math.ceil((tonumber(t[1]) * 1000000 + tonumber(t[2])) / 1000)
+  return string.sub(data, 1, CREATED_AT - 1) .. struct.pack('<I6', ms) .. string.sub(data, CODEC)
 end
 local function set_value(data, expire_ms)
   if expire_ms == '0' then
@@ -88,8 +119,8 @@ end
 -- Whether stored bytes are these, whatever their stamp: a retried write.
 local function same_value(current, data)
   return current and string.len(current) == string.len(data)
-    and string.sub(current, 1, 12) == string.sub(data, 1, 12)
-    and string.sub(current, 21) == string.sub(data, 21)
+    and string.sub(current, 1, CREATED_AT - 1) == string.sub(data, 1, CREATED_AT - 1)
+    and string.sub(current, CODEC) == string.sub(data, CODEC)
 end
 -- Marks the key deleted or invalidated now, for lapsed commits to see.
 local function fence(fence_ms)
@@ -116,7 +147,7 @@ return {0, redis.call('PTTL', KEYS[2])}
 )
 
 # The fenced write. ARGV: token, envelope, expire_ms ('0' = never), channel,
-# won_at ('' = strict), magic, lapse_ms.
+# won_at ('' = strict), lapse_ms.
 # -> 1 written (now or by an earlier run of this same call); {0, value-or-nil}
 # rejected, with what the key holds instead (what the caller is served).
 # With won_at (the server time the lease was won), a lease that lapsed with
@@ -137,7 +168,7 @@ else
   if ARGV[5] == '' or held then return refused end
   local won_at = tonumber(ARGV[5])
   local now = server_now()
-  if now - won_at > tonumber(ARGV[7]) / 1000 then return refused end
+  if now - won_at > tonumber(ARGV[6]) / 1000 then return refused end
   -- A server started since the lease was won (a restart without persistence
   -- forgets fences) cannot vouch that nothing was deleted meanwhile. Uptime
   -- is in whole seconds: a second's margin, on the side of rejecting.
@@ -145,8 +176,12 @@ else
   if type(info) ~= 'string' then return refused end
   local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
   if not uptime or now - uptime + 1 > won_at then return refused end
-  if current and string.sub(current, 1, string.len(ARGV[6])) == ARGV[6] and string.len(current) >= 24 then
-    if struct.unpack('<d', string.sub(current, 13, 20)) >= won_at then return refused end
+  if flags_of(current) then
+    -- Rounded up to the millisecond: a write just before the lease may look
+    -- later than it (refused, the safe side), never a write after it earlier.
+    if struct.unpack('<I6', string.sub(current, CREATED_AT, CODEC - 1)) / 1000 >= won_at then
+      return refused
+    end
   end
   local fenced = redis.call('GET', KEYS[4])
   if fenced and tonumber(fenced) >= won_at then return refused end
@@ -212,19 +247,21 @@ return 1
 """
 )
 
-# Soft invalidation: zero fresh_until in place (the key keeps its TTL and
-# payload, so it is served stale while one caller refreshes it) and cancel
-# any rebuild in flight, which may have read the data being invalidated.
-# ARGV: magic, offset (0-based), 8 bytes of fresh_until, fence_ms.
-# -> 1 marked, 0 absent.
+# Soft invalidation: set the value's stale flag in place (it keeps its TTL
+# and payload, so it is served stale while one caller refreshes it) and
+# cancel any rebuild in flight, which may have read the data being
+# invalidated. ARGV: fence_ms. -> 1 marked, 0 absent.
 INVALIDATE = (
     _SET_VALUE
     + """
 redis.call('DEL', KEYS[2])
-fence(ARGV[4])
-local head = redis.pcall('GETRANGE', KEYS[1], 0, string.len(ARGV[1]) - 1)
-if head ~= ARGV[1] then return 0 end
-redis.call('SETRANGE', KEYS[1], tonumber(ARGV[2]), ARGV[3])
+fence(ARGV[1])
+local head = redis.pcall('GETRANGE', KEYS[1], 0, HEADER - 1)
+local flags = flags_of(head)
+if not flags then return 0 end
+if bit.band(flags, STALE) == 0 then
+  redis.call('SETRANGE', KEYS[1], 0, string.char(KIND + flags + STALE))
+end
 return 1
 """
 )
@@ -242,34 +279,34 @@ return 1
 """
 )
 
-# New expiry for a value in place: fresh_until in the header and the key's
-# TTL. ARGV: magic, offset (0-based), 8 bytes of fresh_until, expire_ms
-# ('0' = never), the tagged format's magic. -> the header and tag block of
-# the value touched (for the caller to judge its tags), 0 nothing of ours there.
-TOUCH = """
+# New expiry for an unsigned value in place: fresh_until in the header (and
+# the stale flag cleared) and the key's TTL. ARGV: 6 bytes of fresh_until,
+# expire_ms ('0' = never). -> the header and tag block of the value touched
+# (for the caller to judge its tags), 0 nothing of ours there.
+TOUCH = (
+    _LAYOUT
+    + """
 local v = redis.pcall('GET', KEYS[1])
-if type(v) ~= 'string' then return 0 end
-local magic = string.sub(v, 1, string.len(ARGV[1]))
-if magic ~= ARGV[1] and magic ~= ARGV[5] then return 0 end
-redis.call('SETRANGE', KEYS[1], tonumber(ARGV[2]), ARGV[3])
-if ARGV[4] == '0' then
+local flags = flags_of(v)
+if not flags or bit.band(flags, SIGNED) ~= 0 then return 0 end
+local head = payload_at(v, flags)
+if not head then return 0 end
+local kind = string.char(KIND + bit.band(flags, 0x0F - STALE))
+redis.call('SETRANGE', KEYS[1], 0, kind)
+redis.call('SETRANGE', KEYS[1], FRESH_UNTIL - 1, ARGV[1])
+if ARGV[2] == '0' then
   redis.call('PERSIST', KEYS[1])
 else
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-end
-local head = 24
-if magic == ARGV[5] and string.len(v) >= 26 then
-  head = 26 + struct.unpack('<H', string.sub(v, 25, 26))
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
 return string.sub(v, 1, head)
 """
+)
 
-# Add delta to an integer value in place, keeping its header (restamped) and TTL.
-# Lua numbers are doubles, so the arithmetic is Redis's own INCRBY on a
-# scratch key (KEYS[3], same hash tag), read back as text: exact to 64 bits.
-# ARGV: magic followed by the integer codec byte, header size, delta, the
-# tagged format's magic and codec byte (its tag block, of the length that
-# follows the header, comes before the payload).
+# Add delta to an unsigned integer value in place, keeping its header
+# (restamped) and TTL. Lua numbers are doubles, so the arithmetic is Redis's
+# own INCRBY on a scratch key (KEYS[3], same hash tag), read back as text:
+# exact to 64 bits. ARGV: delta.
 # -> {1, new value as text, the header and tag block (for the caller to judge
 # its tags)}; {0} missing; {-1} not an integer; {-2} overflow.
 INCR = (
@@ -277,16 +314,14 @@ INCR = (
     + """
 local v = redis.pcall('GET', KEYS[1])
 if not v then return {0} end
-if type(v) ~= 'string' then return {-1} end
-local prefix = string.sub(v, 1, string.len(ARGV[1]))
-local head = tonumber(ARGV[2])
-if prefix == ARGV[4] and string.len(v) >= head + 2 then
-  head = head + 2 + struct.unpack('<H', string.sub(v, head + 1, head + 2))
-elseif prefix ~= ARGV[1] then
+local flags = flags_of(v)
+if not flags or bit.band(flags, SIGNED + COMPRESSED) ~= 0 or string.byte(v, CODEC) ~= INT_CODEC then
   return {-1}
 end
+local head = payload_at(v, flags)
+if not head then return {-1} end
 redis.call('SET', KEYS[3], string.sub(v, head + 1))
-local sum = redis.pcall('INCRBY', KEYS[3], ARGV[3])
+local sum = redis.pcall('INCRBY', KEYS[3], ARGV[1])
 local text = redis.call('GET', KEYS[3])
 redis.call('DEL', KEYS[3])
 if type(sum) == 'table' then return {-2} end
@@ -314,7 +349,8 @@ if ARGV[3] == '' then
   redis.call('DEL', KEYS[2])
   return 1
 end
-local data = string.sub(ARGV[2], 1, 12) .. string.sub(current, 13, 20) .. string.sub(ARGV[2], 21)
+local data = string.sub(ARGV[2], 1, CREATED_AT - 1) .. string.sub(current, CREATED_AT, CODEC - 1)
+  .. string.sub(ARGV[2], CODEC)
 if ARGV[3] == '0' then
   redis.call('SET', KEYS[1], data)
 else

@@ -74,15 +74,18 @@ class Groups:
     def read_lacking(self, ids: Iterable[bytes], *, together: bool = False) -> bool:
         """Read the states of those of ``ids`` not read lately: one shared GET
         each, or (``together``, for several values) one ``MGET``. Returns
-        whether Redis answered; if not, what reads them judges by the states
-        held, and must not take an unknown state for an unchanged one."""
+        whether they are known now: read, or, when Redis fails to answer,
+        held from an earlier read (and trusted a while longer). If not, what
+        reads them judges by the states held, and must not take an unknown
+        state for an unchanged one."""
+        ids = list(ids)
         try:
             if together:
                 self.read_states_many(ids)
             else:
                 self.read_states(ids)
         except RedisUnavailableError:
-            return False
+            return self._states.prolong(ids)
         return True
 
     def capture(self, ids: tuple[bytes, ...], options: Options, since: str | None = None) -> Captured:

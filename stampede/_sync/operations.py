@@ -320,7 +320,8 @@ class Operations:
         """
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}")
-        return self._unlink_matching(self._keys.prefix_pattern(prefix), tag_states=False)
+        under = self._keys.value_prefix(prefix)
+        return self._unlink_matching(self._keys.prefix_patterns(prefix), under, tag_states=False)
 
     def clear(self) -> int:
         """Delete every key of this namespace (values, leases, fences, tags' states);
@@ -329,24 +330,25 @@ class Operations:
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
         """
-        return self._unlink_matching(self._keys.pattern, tag_states=True)
+        return self._unlink_matching((self._keys.pattern,), self._keys.prefix, tag_states=True)
 
-    def _unlink_matching(self, pattern: bytes, *, tag_states: bool) -> int:
+    def _unlink_matching(self, patterns: Iterable[bytes], under: bytes, *, tag_states: bool) -> int:
         deleted = 0
         with self._server.errors("", "delete keys by pattern"):
-            batch: list[bytes] = []
-            for name in self._server.client.scan_iter(match=pattern, count=1000):
-                batch.append(name)
-                if len(batch) == 500:
-                    deleted += self._unlink(batch, tag_states)
-                    batch = []
-            if batch:
-                deleted += self._unlink(batch, tag_states)
+            for pattern in patterns:
+                batch: list[bytes] = []
+                for name in self._server.client.scan_iter(match=pattern, count=1000):
+                    batch.append(name)
+                    if len(batch) == 500:
+                        deleted += self._unlink(batch, under, tag_states)
+                        batch = []
+                if batch:
+                    deleted += self._unlink(batch, under, tag_states)
         return deleted
 
-    def _unlink(self, names: list[bytes], tag_states: bool) -> int:
+    def _unlink(self, names: list[bytes], under: bytes, tag_states: bool) -> int:
         """Delete ``names``; returns how many were values (not leases or fences)."""
-        values, others, fenced = self._settings.unlink_plan(names, tag_states=tag_states)
+        values, others, fenced = self._settings.unlink_plan(names, under=under, tag_states=tag_states)
         if others:
             self._server.client.unlink(*others)
         deleted = int(self._server.client.unlink(*values)) if values else 0

@@ -92,6 +92,10 @@ class Stampede(Operations):
             of a tag (and of the namespace) it read: the bound on how late
             it sees another process's ``invalidate_tags``/``invalidate_all``.
             With a near cache, Redis tells it of those at once as well.
+        compress_above: values whose serialized form is at least this many
+            bytes are stored deflated (zlib) when that saves an eighth or
+            more; ``None``: never. Readers inflate whatever they find,
+            whatever their own setting.
 
     Under asyncio, a caller cancelled while its plain (non-async) rebuild
     function runs in a thread gets its cancellation at once; the thread's
@@ -112,6 +116,7 @@ class Stampede(Operations):
         replicas: Sequence[Any] = (),
         background_workers: int = 4,
         tag_check_interval: float = 0.1,
+        compress_above: int | None = 1024,
         **option_values: Any,
     ) -> None:
         check_client(client)
@@ -126,6 +131,7 @@ class Stampede(Operations):
             on_event=on_event,
             clock=clock,
             tag_check_interval=tag_check_interval,
+            compress_above=compress_above,
             option_values=option_values,
         )
         self._settings = settings

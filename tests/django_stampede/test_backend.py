@@ -29,6 +29,7 @@ def backend(**options: Any) -> StampedeCache:
         (URL, {"ON_WAIT_TIMEOUT": "wait"}, r"OPTIONS\['ON_WAIT_TIMEOUT'\] is invalid"),
         (URL, {"NAMESPACE": "a{b"}, r"OPTIONS\['NAMESPACE'\] is invalid"),
         (URL, {"TAG_CHECK_INTERVAL": -1}, r"OPTIONS\['TAG_CHECK_INTERVAL'\] is invalid: tag_check_interval"),
+        (URL, {"COMPRESS_ABOVE": "1k"}, r"OPTIONS\['COMPRESS_ABOVE'\] is invalid: compress_above"),
         (
             URL,
             {"SERIALIZER": "yaml.nope"},
@@ -85,6 +86,7 @@ def test_primary_and_replicas() -> None:
     assert len(cache.stampede.replicas) == 1  # the rest of LOCATION; reads there: tests/test_replicas.py
     cache.set("k", "v")
     assert cache.get("k") == "v"
+    cache.clear()  # the default cache's namespace: later tests expect it empty
 
 
 def test_json_serializer_by_name() -> None:
@@ -153,7 +155,7 @@ def test_timeout_none_never_expires() -> None:
     cache = caches["default"]
     cache.set("k", "v")
     assert cache.ttl("k") is None
-    assert cache.stampede.client.pttl(cache.stampede.namespace + ":{:1:k}") == -1
+    assert cache.stampede.client.pttl(cache.stampede.namespace + ":{:1:k") == -1
     cache.clear()
 
 

@@ -57,8 +57,8 @@ def fetch(url: str) -> tuple[int, str]:
 def expire_all() -> None:
     """Every entry goes stale (as at its expiry), keeping its value servable."""
     for name in cache.stampede.client.scan_iter(match=f"{cache.stampede.namespace}:*"):
-        if not name.endswith((b":lease", b":ch")):
-            key = name.decode().split(":{", 1)[1][:-1]
+        if b"}" not in name:  # a value's name: <namespace>:{<key>
+            key = name.decode().split(":{", 1)[1]
             cache.stampede.invalidate(key)
 
 

@@ -10,17 +10,16 @@ import redis
 from cachelib.serializers import JSONSerializer, RedisSerializer
 from flask import Flask
 
+import stampede
+from stampede._core.envelope import HEADER_SIZE, MAC_SIZE
 from tests.flask_stampede.app import make_app
 from tests.helpers import RAN, planted_pickle
-
-#: Where a signed envelope's payload starts (stampede._core.envelope).
-SIGNED_PAYLOAD_AT = 69
 
 
 def name_of(client: redis.Redis, app: Flask, key: str) -> bytes:
     """The Redis key the app's Flask-Caching backend stores ``key`` under."""
     namespace = app.config["CACHE_OPTIONS"]["namespace"]
-    (name,) = client.keys(f"{namespace}:{{*{key}}}")
+    (name,) = client.keys(f"{namespace}:{{*{key}")
     return name
 
 
@@ -39,7 +38,7 @@ def test_cache_serializer_is_used_for_the_payload(client: redis.Redis, given: ob
     with app.app_context():
         cache.set("doc", {"a": [1, 2, None]})
         assert cache.get("doc") == {"a": [1, 2, None]}
-        assert json.loads(stored(client, app, "doc")[SIGNED_PAYLOAD_AT:]) == {"a": [1, 2, None]}
+        assert json.loads(stored(client, app, "doc")[HEADER_SIZE:-MAC_SIZE]) == {"a": [1, 2, None]}
         assert cache.cache.inc("n", 2) == 2
         assert cache.cache.inc("n", 3) == 5
 
@@ -80,3 +79,14 @@ def test_compressed_serializers_by_name(client: redis.Redis) -> None:
             assert cache.get("page") == page
             assert len(stored(client, app, "page")) < len(page) // 10
             assert ext.stampede.get_or_rebuild("page", lambda: page, ttl=60) == page
+
+
+def test_compress_above_is_a_setting() -> None:
+    app, ext, cache, _ = make_app(STAMPEDE_COMPRESS_ABOVE=None, CACHE_OPTIONS={"compress_above": 64})
+    with app.app_context():
+        assert ext.stampede._settings.codec.compress_above is None
+        assert cache.cache.stampede._settings.codec.compress_above == 64
+    with pytest.raises(stampede.ConfigurationError, match="STAMPEDE_COMPRESS_ABOVE is invalid"):
+        make_app(STAMPEDE_COMPRESS_ABOVE="1k")
+    with pytest.raises(stampede.ConfigurationError, match=r"CACHE_OPTIONS\['compress_above'\] is invalid"):
+        make_app(CACHE_OPTIONS={"compress_above": -1})
