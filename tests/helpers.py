@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import redis
@@ -13,6 +13,7 @@ import redis.cluster
 
 from stampede import PickleSerializer
 from stampede._core.envelope import encode
+from stampede._core.near import CHECK_SECONDS
 
 
 class Rebuilds:
@@ -75,6 +76,26 @@ def run_threads(n: int, target: Callable[[], Any], *, timeout: float = 60) -> li
     stuck = sum(thread.is_alive() for thread in threads)
     assert stuck == 0, f"{stuck} of {n} callers still blocked after {timeout}s"
     return results
+
+
+#: How long after another process's write returned a near cache may still
+#: serve what it overwrote (stampede._core.near.CHECK_SECONDS).
+COHERENCE_BOUND = CHECK_SECONDS
+
+
+def due(returned: Sequence[float], written: int, began: float) -> int:
+    """The newest of the writes ``1..written`` (``returned[i]``: when write ``i``
+    returned, monotonic) that had returned :data:`COHERENCE_BOUND` or more
+    before ``began``: what a read that began then must see, or newer."""
+    while written > 0 and returned[written] > began - COHERENCE_BOUND:
+        written -= 1
+    return written
+
+
+def past_the_coherence_bound() -> None:
+    """Let the coherence bound pass after a write of another instance, so that
+    a read must see it (see :data:`COHERENCE_BOUND`)."""
+    time.sleep(COHERENCE_BOUND * 2)
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:

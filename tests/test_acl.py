@@ -17,7 +17,7 @@ import stampede._core.near
 import stampede.asyncio
 from stampede.testing import RedisServer
 from tests.drivers import DRIVERS
-from tests.helpers import AsyncRebuilds, Rebuilds, run_threads, wait_until
+from tests.helpers import AsyncRebuilds, Rebuilds, past_the_coherence_bound, run_threads, wait_until
 
 #: The README's line (Redis 6.2 and later; sharded pub/sub, on Redis 7+ and
 #: Valkey clusters, adds +spublish +ssubscribe +sunsubscribe), for namespace "app".
@@ -239,6 +239,7 @@ def test_a_near_cache_the_acl_refuses_is_off_with_one_warning_and_wakeups_go_on(
                 and reader._near.counts["hits"] > 0
             )
             writer.set("k", 5, ttl=60)
+            past_the_coherence_bound()
             assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == 5
         finally:
             reader.close()

@@ -1,11 +1,12 @@
 """No read goes back behind a write that returned before it began.
 
 Another process writes a key over and over, publishing each number whose
-``set`` has returned; hundreds of callers of one process read it in a loop,
-each noting that number before it starts. Callers that read one key at once
-share ``GET``s (one per caller would empty the connection pool), and a
-near cache serves copies: neither may hand a caller a value older than the
-number it noted.
+``set`` has returned, and when it returned; hundreds of callers of one
+process read it in a loop, each noting the time before it starts. Callers
+that read one key at once share ``GET``s (one per caller would empty the
+connection pool): none may hand a caller a value older than a write that
+returned before it began. A near cache serves copies: none older than a write
+that returned the coherence bound (1 ms) or more before the read began.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -21,7 +23,7 @@ import redis.asyncio
 
 import stampede
 import stampede.asyncio
-from tests.helpers import Rebuilds, wait_until
+from tests.helpers import Rebuilds, due, wait_until
 from tests.workers import write_in_turn
 
 pytestmark = pytest.mark.slow
@@ -31,13 +33,23 @@ WRITES = 300
 ctx = multiprocessing.get_context("spawn")
 
 
-def start_writer(url: str, namespace: str) -> tuple[Any, Any, Any]:
-    """The writer process (it writes once ``go`` is set) and its ``written``."""
+def start_writer(url: str, namespace: str) -> tuple[Any, Any, Any, Any]:
+    """The writer process (it writes once ``go`` is set), its ``written`` and
+    when each write returned."""
     go = ctx.Event()
     written = ctx.Value("q", 0, lock=False)
-    writer = ctx.Process(target=write_in_turn, args=(url, namespace, "k", WRITES, 0.002, go, written))
+    returned = ctx.Array("d", WRITES + 1, lock=False)
+    writer = ctx.Process(
+        target=write_in_turn, args=(url, namespace, "k", WRITES, 0.002, go, written, returned)
+    )
     writer.start()
-    return writer, go, written
+    return writer, go, written, returned
+
+
+def must_see(returned: Any, written: int, began: float, near_cache: int | None) -> int:
+    """The oldest value a read that began at ``began`` may return, ``written``
+    writes having returned by then."""
+    return written if near_cache is None else due(returned, written, began)
 
 
 @pytest.mark.parametrize("near_cache", [None, 100], ids=["plain", "near-cache"])
@@ -52,13 +64,15 @@ def test_threads_never_read_older_than_a_write_that_returned(
     old: list[tuple[int, int]] = []
     reads = [0]
     start = threading.Barrier(CROWD + 1)
-    writer, go, written = start_writer(redis_url, namespace)
+    writer, go, written, returned = start_writer(redis_url, namespace)
 
     def read_in_a_loop() -> None:
         start.wait()
         while written.value < WRITES:
             floor = written.value
+            began = time.monotonic()
             value = sf.get_or_rebuild("k", Rebuilds(), ttl=60)
+            floor = must_see(returned, floor, began, near_cache)
             reads[0] += 1
             if value < floor:
                 old.append((value, floor))
@@ -95,14 +109,16 @@ def test_tasks_never_read_older_than_a_write_that_returned(
             await asyncio.sleep(0.01)
         old: list[tuple[int, int]] = []
         reads = 0
-        writer, go, written = start_writer(redis_url, namespace)
+        writer, go, written, returned = start_writer(redis_url, namespace)
         go.set()  # every task reads at least once before the last write
 
         async def read_in_a_loop() -> None:
             nonlocal reads
             while written.value < WRITES:
                 floor = written.value
+                began = time.monotonic()
                 value = await sf.get_or_rebuild("k", Rebuilds(), ttl=60)
+                floor = must_see(returned, floor, began, near_cache)
                 reads += 1
                 if value < floor:
                     old.append((value, floor))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import pickle
+import time
+
 import pytest
 
 from stampede import ConfigurationError
-from stampede._core.near import NearCache, NearStore
+from stampede._core.near import CHECK_SECONDS, NOT_HERE, Copy, NearCache, NearStore
 
 
 def live_store(**settings: int) -> NearStore:
@@ -61,3 +64,84 @@ def test_bad_settings_name_the_argument(setting: object, words: str) -> None:
         NearCache.from_setting(setting)
     assert NearCache.from_setting(None) is None
     assert NearCache.from_setting(500) == NearCache(max_entries=500)
+
+
+# --- the hot index ---------------------------------------------------------------
+
+
+def hot_store(**settings: int) -> NearStore:
+    """A live store whose tracking connection was just found quiet."""
+    store = live_store(**settings)
+    store.tracked.heartbeat.live(time.monotonic())
+    store.tracked.quiet_at(time.monotonic())
+    return store
+
+
+def index(store: NearStore, key: str, name: bytes, raw: bytes | None = None, fresh_for: float = 60.0) -> None:
+    """Index the copy ``raw`` of ``name`` (default: the one held) under ``key``."""
+    held = store.get(name) if raw is None else raw
+    assert held is not None
+    payload = pickle.dumps([key])
+    store.index(key, name, held, lambda: Copy(held, payload, pickle.loads, time.time() + fresh_for))
+
+
+def test_a_hot_copy_serves_a_value_of_its_own_each_time() -> None:
+    store = hot_store()
+    fill(store, b"ns:{a", b"raw-a")
+    index(store, "a", b"ns:{a")
+    hits = store.counts["hits"]
+    first, second = store.serve("a"), store.serve("a")
+    assert first == second == ["a"]
+    assert first is not second
+    assert store.serve("b") is NOT_HERE
+    assert store.counts["hits"] == hits + 2
+
+
+def test_a_hot_copy_goes_with_its_copy_and_with_any_tag_state() -> None:
+    store = hot_store()
+    for key in "ab":
+        fill(store, b"ns:{" + key.encode(), b"raw")
+        index(store, key, b"ns:{" + key.encode())
+    store.invalidate([b"ns:{a"])
+    assert store.serve("a") is NOT_HERE
+    assert store.serve("b") == ["b"]
+    store.invalidate([b"ns:{t}:tag"])  # a tag's state changed: what b was judged by
+    assert store.serve("b") is NOT_HERE
+    assert store.get(b"ns:{b") == b"raw"  # the copy itself stays, judged again when read
+
+
+def test_hot_copies_are_served_only_within_the_check_and_while_fresh() -> None:
+    store = hot_store()
+    fill(store, b"ns:{a", b"raw")
+    index(store, "a", b"ns:{a")
+    fill(store, b"ns:{old", b"raw")
+    index(store, "old", b"ns:{old", fresh_for=-1)
+    assert store.serve("a") == ["a"]
+    assert store.serve("old") is NOT_HERE  # stale: the flow's
+    time.sleep(CHECK_SECONDS * 2)
+    assert store.serve("a") is NOT_HERE  # the connection must be checked again
+    store.tracked.quiet_at(time.monotonic())
+    assert store.serve("a") == ["a"]
+    store.flush(live=False)
+    assert store.serve("a") is NOT_HERE
+
+
+def test_a_copy_replaced_since_it_was_read_is_not_indexed() -> None:
+    store = hot_store()
+    fill(store, b"ns:{a", b"old")
+    served = store.get(b"ns:{a")
+    fill(store, b"ns:{a", b"new")  # a fill after the read that served b"old"
+    index(store, "a", b"ns:{a", served)
+    assert store.serve("a") is NOT_HERE
+
+
+def test_eviction_spares_copies_hit_from_the_hot_index() -> None:
+    store = hot_store(max_entries=2)
+    for key in "ab":
+        fill(store, b"ns:{" + key.encode(), key.encode())
+        index(store, key, b"ns:{" + key.encode())
+    assert store.serve("a") == ["a"]  # a is the oldest, but hit (from the index: no move to the end)
+    fill(store, b"ns:{c", b"c")
+    assert store.get(b"ns:{a") == b"a"
+    assert store.get(b"ns:{b") is None
+    assert store.serve("b") is NOT_HERE

@@ -79,15 +79,17 @@ def hold_lease(url: str, namespace: str, key: str, lease_ttl: float, delay: floa
 
 
 def write_in_turn(
-    url: str, namespace: str, key: str, count: int, interval: float, go: Any, written: Any
+    url: str, namespace: str, key: str, count: int, interval: float, go: Any, written: Any, returned: Any
 ) -> None:
     """Once ``go`` is set, ``set`` ``key`` to 1, 2... ``count``, publishing in
-    ``written`` each number whose ``set`` has returned."""
+    ``written`` each number whose ``set`` has returned, and in ``returned[i]``
+    when write ``i`` returned (monotonic, which every process shares)."""
     client = redis.Redis.from_url(url, socket_timeout=10)
     sf = stampede.Stampede(client, namespace=namespace)
     go.wait(60)
     for i in range(1, count + 1):
         sf.set(key, i, ttl=60)
+        returned[i] = time.monotonic()
         written.value = i
         time.sleep(interval)
     sf.close()

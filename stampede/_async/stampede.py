@@ -33,6 +33,7 @@ from .._core.flow import (
     Release,
 )
 from .._core.keys import Keys
+from .._core.near import NOT_HERE
 from .._core.options import UNSET, Options
 from .._core.reads import LEASE_TAKEN, Lease, Paused, Read
 from .._core.serializers import Serializer
@@ -62,6 +63,8 @@ from .subscriber import async_subscriber_for
 __all__ = ["Stampede", "redis_client"]
 
 T = TypeVar("T")
+#: Builds a Read from a tuple without NamedTuple's Python-level __new__ (a hit's path).
+_found = tuple.__new__
 
 
 class Stampede(AsyncOperations):
@@ -152,6 +155,7 @@ class Stampede(AsyncOperations):
         self._turns = KeyLocks(AsyncLock)
         self._subscriber = async_subscriber_for(client)
         self._near = settings.near_store()
+        self._indexes_hot = settings.indexes_hot
         if self._near is not None:
             self._subscriber.track(self._near)
             self._subscriber.track(settings.tags)  # tag states, dropped as soon as they change
@@ -278,10 +282,15 @@ class Stampede(AsyncOperations):
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         tag_ids = self._settings.tag_ids(tags) if tags else ()
+        near = self._near
+        if near is not None and options.beta is None:
+            value = near.serve(key)  # the hot index: most near hits end here
+            if value is not NOT_HERE:
+                return value  # type: ignore[no-any-return]
         keys = self._keys(key)
-        # _first_read, inlined: this is every hit's path.
-        if self._near is not None:
-            near_found = await self._near_read(keys, options)
+        # _first_read, inlined: this is every other hit's path.
+        if near is not None:
+            near_found = await self._near_read(keys, options, key)
             if isinstance(near_found, Entry):
                 return near_found.value  # type: ignore[no-any-return]
             if near_found is not None:
@@ -338,10 +347,10 @@ class Stampede(AsyncOperations):
             return found.value
         return await self._single_flight(keys, options, found, rebuild, tags)
 
-    async def _first_read(self, keys: Keys, options: Options) -> Entry | Lookup:
+    async def _first_read(self, keys: Keys, options: Options, key: Any = None) -> Entry | Lookup:
         """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
         if self._near is not None:
-            near_found = await self._near_read(keys, options)
+            near_found = await self._near_read(keys, options, key)
             if near_found is not None:
                 return near_found
         try:
@@ -363,9 +372,10 @@ class Stampede(AsyncOperations):
             return Lookup(self._settings.decode(keys, raw))
         return self._settings.judged(keys, raw, options)
 
-    async def _near_read(self, keys: Keys, options: Options) -> Entry | Lookup | None:
+    async def _near_read(self, keys: Keys, options: Options, key: Any = None) -> Entry | Lookup | None:
         """What this process's copy of ``keys`` says (see ``_near_lookup``),
-        if one may be served; ``None``: read Redis."""
+        if one may be served; ``None``: read Redis. A fresh hit of a caller's
+        ``key`` puts the copy in the hot index, where its next hits find it."""
         near = self._near
         assert near is not None
         if not near.live:
@@ -379,6 +389,8 @@ class Stampede(AsyncOperations):
         found = self._settings.near_lookup(keys, raw, options)
         if isinstance(found, TagsUnknown):
             return None  # Redis is read, and the tag states with it
+        if key is not None and isinstance(found, Entry) and self._indexes_hot:
+            near.index(key, keys.value, raw, functools.partial(self._settings.hot_copy, raw))
         return found
 
     # --- this process's flight for a key ------------------------------------
@@ -528,8 +540,13 @@ class Stampede(AsyncOperations):
         """
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
+        near = self._near
+        if near is not None and options.beta is None:
+            value = near.serve(key)  # the hot index: most near hits end here
+            if value is not NOT_HERE:
+                return _found(Read, (True, value, None, None))
         keys = self._keys(key)
-        lookup = await self._first_read(keys, options)
+        lookup = await self._first_read(keys, options, key)
         if isinstance(lookup, Entry):
             return Read(True, lookup.value)
         can_wait = async_can_block()

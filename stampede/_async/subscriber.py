@@ -108,6 +108,8 @@ class AsyncSubscriber:
         """Keep ``store`` coherent: invalidations of its prefix drop its copies.
         It is live (served from) once tracking is on and confirmed. Made off
         the event loop (asyncio), the listener starts on the first read."""
+        if isinstance(store, NearStore):
+            store.tracked = self._tracked  # whose checks its hot index trusts
         with self._lock:
             self._tracked.stores.append(store)
             self._retrack = True
@@ -126,12 +128,16 @@ class AsyncSubscriber:
         copy may be served: what every near hit asks first. ``False``: go to
         Redis (which lets an asyncio listener read what is pending; a
         blocking caller reads it here, see the listener's ``drained``)."""
-        tracking = self._tracked.link
-        if tracking is None or not self._tracked.heartbeat.quiet(time.monotonic()):
+        tracked = self._tracked
+        tracking = tracked.link
+        now = time.monotonic()
+        if tracking is None or not tracked.heartbeat.quiet(now):
             return False
-        if not tracking.pending():
-            return True
-        return self._listener.drained(tracking, self._tracked)
+        if tracking.pending() and not self._listener.drained(tracking, tracked):
+            return False
+        if tracked.link is tracking:
+            tracked.quiet_at(now)  # checked before the poll: what was read by then is acted on
+        return True
 
     async def settled(self) -> bool:
         """:meth:`quiet`, once the listener has had the chance to read what is

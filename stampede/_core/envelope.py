@@ -51,13 +51,15 @@ Values written by stampede before this format (their first bytes
 from __future__ import annotations
 
 import math
+import pickle
 import random
 import struct
 import time
 import zlib
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .serializers import Serializer
+from .serializers import PickleSerializer, Serializer
 from .signing import Signer
 from .tags import DELETED, FRESH, UNTAGGED, Captured, TagStates
 
@@ -366,6 +368,33 @@ class Codec:
         value = self._payload(raw, kind, codec_id, payload_at, end)
         return _entry(Entry, (value, fresh_until, (c_low | c_high << 32) / 1000, duration))
 
+    def loadable(self, raw: bytes) -> tuple[Any, Callable[[Any], Any], float] | None:
+        """What a hit on ``raw``, already decoded and judged fresh, needs to
+        load a value of its own again: the payload (verified, inflated), the
+        function that loads it, and when it goes stale; ``None`` for a value
+        that is stale or cannot be read so."""
+        try:
+            kind, _, _, codec_id, f_low, f_high, _ = _unpack_header(raw)
+            payload_at = read_block(raw, HEADER_SIZE)[2] if kind & TAGGED else HEADER_SIZE
+            end = len(raw) - (MAC_SIZE if kind & SIGNED else 0)
+            if kind & STALE or kind & 0xF0 != KIND or (kind & SIGNED) != (self.signer is not None):
+                return None
+            fresh = f_low | f_high << 32
+            fresh_until = FOREVER if fresh == NEVER else fresh / 1000
+            if codec_id == INT_CODEC:
+                return self._payload(raw, kind, codec_id, payload_at, end), _same, fresh_until
+            if codec_id != self.serializer.codec_id:
+                return None
+            payload = raw[payload_at:end]
+            if kind & COMPRESSED:
+                payload = inflated(payload)
+        except (struct.error, CorruptEntryError, ValueError, zlib.error):
+            return None
+        serializer = self.serializer
+        # pickle.loads itself, where it is what the serializer calls: one call less a hit.
+        loads = pickle.loads if type(serializer) is PickleSerializer else serializer.loads
+        return payload, loads, fresh_until
+
     @staticmethod
     def recorded(raw: Any) -> tuple[bytes, ...]:
         """The tag ids whose state judges ``raw`` (the namespace's, ``b""``,
@@ -424,6 +453,10 @@ class Codec:
                 if verdict != FRESH and fresh_until > 0.0:
                     return 0.0  # stale, as invalidate() leaves a value
         return fresh_until
+
+
+def _same(value: Any) -> Any:
+    return value  # an int: immutable, so every caller may share it
 
 
 def inflated(payload: bytes | memoryview) -> bytes:

@@ -10,11 +10,20 @@ Filling races with invalidation: a ``GET`` may return a value that a write
 replaces before the copy is stored. So a fill registers a token before its
 ``GET`` is sent; an invalidation of the key (or any flush) removes the
 token, and a copy is stored only if its token is still there.
+
+A copy once served as a fresh hit is also put in the *hot index*, by the
+caller's key, with its payload ready to load (verified, inflated, judged
+by its tags): a hit from there is a dict lookup, two clock reads and the
+unpickling (see :meth:`NearStore.serve`). It is served only while the
+tracking connection was found quiet at most :data:`CHECK_SECONDS` ago;
+then a read checks it again (the slower path, which reads what is pending).
+Any change to a tag's or the namespace's state empties the index.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +46,12 @@ DEAD_AFTER_SECONDS = 5.0
 #: After Redis refused ``CLIENT TRACKING`` (a user whose ACL lacks it), how
 #: long before it is asked again, on a new connection.
 REFUSED_RETRY_SECONDS = 30.0
+#: How long after the tracking connection was found quiet (nothing unread on
+#: it) the hot index is served without looking again: the bound on how late
+#: a read sees another process's write that had returned before it began.
+CHECK_SECONDS = 0.001
+#: What :meth:`NearStore.serve` returns when the hot index cannot serve.
+NOT_HERE: Any = object()
 
 
 @dataclass(frozen=True)
@@ -71,6 +86,10 @@ class NearCache:
             )
         return cls(max_entries=setting)
 
+
+_monotonic = time.monotonic
+_MAX_ALIASES = 4  # keys of one value (str and bytes spellings): a bound, not a rule
+_TAG_STATE = b"}:tag"  # what a tag state key's name ends with (see stampede._core.tags)
 
 #: Told of what the store dropped: the event, and the value's name (``b""``
 #: for a flush). Called outside the store's lock.
@@ -129,10 +148,31 @@ class Heartbeat:
         return True
 
 
+class Copy:
+    """A near copy in the hot index: its payload, ready for ``loads``."""
+
+    __slots__ = ("aliases", "fresh_until", "hits", "loads", "payload", "raw", "seen")
+
+    def __init__(self, raw: bytes, payload: Any, loads: Callable[[Any], Any], fresh_until: float) -> None:
+        self.raw = raw  # the stored bytes it was made from
+        self.payload = payload
+        self.loads = loads
+        self.fresh_until = fresh_until
+        self.aliases: list[Any] = []  # the callers' keys it is indexed under
+        self.hits = 0
+        self.seen = 0  # hits when eviction last looked: more since, and it is kept
+
+
 class NearStore:
     """The copies of one namespace's values in this process."""
 
-    def __init__(self, settings: NearCache, prefix: bytes, report: Report | None = None) -> None:
+    def __init__(
+        self,
+        settings: NearCache,
+        prefix: bytes,
+        report: Report | None = None,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
         self.settings = settings
         self.prefix = prefix
         self._report = report
@@ -143,7 +183,74 @@ class NearStore:
         #: Whether the invalidation connection is subscribed with tracking on
         #: this prefix: copies are kept and served only then.
         self.live = False
-        self.counts = {"hits": 0, "evictions": 0, "invalidations": 0, "flushes": 0}
+        self._counts = {"hits": 0, "evictions": 0, "invalidations": 0, "flushes": 0}
+        #: The hot index: copies by the caller's key (see the module's docstring).
+        self.hot: dict[Any, Copy] = {}
+        self._copies: dict[bytes, Copy] = {}  # the same, by the value's name
+        self._time = wall_clock
+        #: The tracking connection's state (set when tracked).
+        self.tracked = Tracked()
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Hits, evictions, invalidations and flushes so far."""
+        counts = dict(self._counts)
+        counts["hits"] += sum(copy.hits for copy in list(self._copies.values()))
+        return counts
+
+    def serve(self, key: Any) -> Any:
+        """The value of the hot copy of the caller's ``key``, a new object
+        each time, if it may be served now; else :data:`NOT_HERE`. Every near
+        hit but the first after a check comes here: written for speed."""
+        copy = self.hot.get(key)
+        if copy is None or _monotonic() >= self.tracked.trusted_until or self._time() >= copy.fresh_until:
+            return NOT_HERE
+        copy.hits += 1
+        return copy.loads(copy.payload)
+
+    def index(self, key: Any, name: bytes, raw: bytes, made: Callable[[], Copy | None]) -> None:
+        """Put the copy ``raw`` of ``name``, just served as a fresh hit to a
+        caller of ``key``, in the hot index: ``made()`` prepares it (``None``:
+        it cannot be)."""
+        if len(self.hot) >= self.settings.max_entries or self.hot.get(key) is not None:
+            return
+        copy = self._copies.get(name)
+        if copy is None or copy.raw is not raw:
+            copy = made()
+            if copy is None:
+                return
+        with self._lock:
+            if self._entries.get(name) is not raw:
+                return  # invalidated meanwhile
+            known = self._copies.get(name)
+            if known is None or known.raw is not raw:
+                if known is not None:
+                    self._drop_copy(name)
+                self._copies[name] = known = copy
+            if len(known.aliases) < _MAX_ALIASES:
+                known.aliases.append(key)
+                self.hot[key] = known
+
+    def cool(self) -> None:
+        """Empty the hot index: a tag's or the namespace's state changed, so
+        what it was judged by no longer holds."""
+        with self._lock:
+            self._cool()
+
+    def _cool(self) -> None:
+        for copy in self._copies.values():
+            self._counts["hits"] += copy.hits
+        self._copies.clear()
+        self.hot.clear()
+
+    def _drop_copy(self, name: bytes) -> None:
+        copy = self._copies.pop(name, None)
+        if copy is not None:
+            self._counts["hits"] += copy.hits
+            hot = self.hot
+            for alias in copy.aliases:
+                if hot.get(alias) is copy:
+                    del hot[alias]
 
     def get(self, name: bytes) -> bytes | None:
         if not self.live:
@@ -152,7 +259,7 @@ class NearStore:
             raw = self._entries.get(name)
             if raw is not None:
                 self._entries.move_to_end(name)
-                self.counts["hits"] += 1
+                self._counts["hits"] += 1
             return raw
 
     def begin_fill(self, name: bytes) -> object | None:
@@ -177,13 +284,24 @@ class NearStore:
             old = self._entries.pop(name, None)
             if old is not None:
                 self._bytes -= len(old)
+                self._drop_copy(name)
             self._entries[name] = raw
             self._bytes += len(raw)
             settings = self.settings
+            spared = 0  # hot copies given a second chance, at most one round of them
             while len(self._entries) > settings.max_entries or self._bytes > settings.max_bytes:
                 dropped_name, dropped = self._entries.popitem(last=False)
+                copy = self._copies.get(dropped_name)
+                if copy is not None and copy.hits > copy.seen and spared < len(self._entries):
+                    # Hit from the hot index since last looked at (which
+                    # moves nothing to the end): used lately, so kept.
+                    copy.seen = copy.hits
+                    self._entries[dropped_name] = dropped
+                    spared += 1
+                    continue
                 self._bytes -= len(dropped)
-                self.counts["evictions"] += 1
+                self._drop_copy(dropped_name)
+                self._counts["evictions"] += 1
                 evicted.append(dropped_name)
         if evicted and self._report is not None:
             for dropped_name in evicted:
@@ -207,8 +325,11 @@ class NearStore:
                     raw = self._entries.pop(name, None)
                     if raw is not None:
                         self._bytes -= len(raw)
-                        self.counts["invalidations"] += 1
+                        self._drop_copy(name)
+                        self._counts["invalidations"] += 1
                         dropped.append(name)
+                    elif name.endswith(_TAG_STATE):
+                        self._cool()  # a tag's state changed: what copies were judged by
         report = self._report
         if report is not None:
             if flushed:
@@ -228,7 +349,8 @@ class NearStore:
         """Drop everything; returns whether there were copies to drop."""
         had = bool(self._entries)
         if had:
-            self.counts["flushes"] += 1
+            self._counts["flushes"] += 1
+        self._cool()
         self._entries.clear()
         self._filling.clear()
         self._bytes = 0
@@ -239,6 +361,7 @@ class NearStore:
         more (the connection that kept it so is the parent's), and the lock
         may have been held by a thread that did not come along."""
         self._lock = threading.Lock()
+        self._cool()
         self._entries.clear()
         self._filling.clear()
         self._bytes = 0
@@ -253,15 +376,23 @@ class Tracked:
     subscribers' share of the work): which, over which connection while it
     is live, and its heartbeat."""
 
-    __slots__ = ("_ask_from", "_refusal", "heartbeat", "link", "stores")
+    __slots__ = ("_ask_from", "_refusal", "heartbeat", "link", "stores", "trusted_until")
 
     def __init__(self) -> None:
         self.stores: list[Any] = []  # NearStore, TagStates: a prefix, invalidate(), flush(), forked()
         self.heartbeat = Heartbeat()
         #: The tracking connection while it is live (copies are served), else None.
         self.link: Any = None
+        #: Until when (monotonic) hot copies may be served: set by each check
+        #: that finds the connection quiet (see CHECK_SECONDS).
+        self.trusted_until = float("-inf")
         self._refusal: str | None = None  # Redis's last refusal to track, until it accepts
         self._ask_from = float("-inf")
+
+    def quiet_at(self, now: float) -> None:
+        """The connection was found quiet at ``now``: hot copies may be served
+        for :data:`CHECK_SECONDS`, within the heartbeat's bound."""
+        self.trusted_until = min(now + CHECK_SECONDS, self.heartbeat.confirmed + SILENCE_SECONDS)
 
     def may_track(self, now: float) -> bool:
         """Whether to ask Redis for tracking on a new connection at ``now``."""
@@ -305,6 +436,7 @@ class Tracked:
 
     def live(self, link: Any, now: float) -> None:
         """Tracking is on and confirmed on ``link``: copies may be kept and served."""
+        self.trusted_until = float("-inf")
         self.heartbeat.live(now)
         self.link = link
         for store in list(self.stores):
@@ -312,6 +444,7 @@ class Tracked:
 
     def dead(self) -> None:
         """The connection is gone: nothing is known to be coherent."""
+        self.trusted_until = float("-inf")
         self.link = None
         for store in list(self.stores):
             store.flush(live=False)

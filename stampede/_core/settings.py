@@ -36,7 +36,7 @@ from .flow import (
     envelope_of,
 )
 from .keys import Keys, KeySpace
-from .near import NearCache, NearStore
+from .near import Copy, NearCache, NearStore
 from .options import UNSET, Options
 from .reads import Lease, Paused, Read
 from .serializers import PickleSerializer, Serializer
@@ -259,13 +259,26 @@ class Settings:
             return entry
         return Lookup(entry)
 
+    def hot_copy(self, raw: bytes) -> Copy | None:
+        """A near copy just served as a fresh hit, made ready for the hot index."""
+        loadable = self.codec.loadable(raw)
+        return None if loadable is None else Copy(raw, *loadable)
+
+    @property
+    def indexes_hot(self) -> bool:
+        """Whether near hits may be served from the hot index: not when each hit
+        is reported (an event) or may be drawn for early refresh (``beta``)."""
+        return self.near is not None and self.on_event is None and self.options.beta is None
+
     def near_store(self) -> NearStore | None:
         """The near cache's store, if there is one (made by the driver, which
         then has its subscriber track it)."""
         if self.near is None:
             return None
         report = self._near_dropped if self.on_event is not None else None
-        return NearStore(self.near, self.keys.prefix, report)
+        store = NearStore(self.near, self.keys.prefix, report, self.clock.time)
+        self.tags.on_change = store.cool
+        return store
 
     def _near_dropped(self, kind: EventKind, name: bytes) -> None:
         self.emit_named(self.keys.key_of(name) if name else "", kind)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple
 
 from .._exceptions import ConfigurationError
@@ -193,7 +193,10 @@ class TagStates:
     others trust a state until ``until`` only.
     """
 
-    __slots__ = ("_filling", "_lock", "_monotonic", "_states", "interval", "live", "namespace", "prefix")
+    __slots__ = (
+        *("_filling", "_lock", "_monotonic", "_states", "interval", "live", "namespace", "on_change"),
+        "prefix",
+    )
 
     def __init__(self, prefix: bytes, interval: float) -> None:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval <= 60:
@@ -213,6 +216,9 @@ class TagStates:
         #: The namespace's state, kept apart: every read checks it.
         self.namespace: tuple[int, int, float, bool] = _NOT_READ
         self.live = False  # tracked (see the near cache); states expire all the same
+        #: Called when a state held changes (the near cache's hot index was
+        #: judged by the states held).
+        self.on_change: Callable[[], None] = _nothing
 
     def key(self, tag: bytes) -> bytes:
         """The Redis name of the state key of tag id ``tag``."""
@@ -366,12 +372,16 @@ class TagStates:
     def _keep(self, tag: bytes, state: tuple[int, int], tracked: bool) -> None:
         kept = (state[0], state[1], self._monotonic() + self.interval, tracked)
         if tag == NAMESPACE:
+            held: tuple[int, int, float, bool] | None = self.namespace
             self.namespace = kept
-            return
-        states = self._states
-        if len(states) >= _MAX_STATES and tag not in states:
-            states.clear()  # a bound on memory; forgetting costs a read
-        states[tag] = kept
+        else:
+            states = self._states
+            if len(states) >= _MAX_STATES and tag not in states:
+                states.clear()  # a bound on memory; forgetting costs a read
+            held = states.get(tag)
+            states[tag] = kept
+        if held is not None and held[:2] != kept[:2]:
+            self.on_change()
 
     # --- what Redis tells a tracked process ---------------------------------
 
@@ -407,6 +417,10 @@ class TagStates:
         self._lock = threading.Lock()
         self._forget_all()
         self.live = False
+
+
+def _nothing() -> None:
+    pass
 
 
 def _judge(version: int, state: tuple[int, int, float, bool] | tuple[int, int]) -> int:

@@ -15,7 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_stampede import StampedeCache
 
 import stampede
-from tests.helpers import commands_processed, wait_until
+from tests.helpers import commands_processed, past_the_coherence_bound, wait_until
 
 URL = os.environ.get("STAMPEDE_TEST_REDIS_URL", "")
 
@@ -57,13 +57,16 @@ def test_reads_are_served_from_the_process_until_another_process_writes(
     assert commands(client) - before == 1  # the INFO above
     for i in range(50):
         writer.set("k", i, 60)
+        past_the_coherence_bound()
         assert reader.get("k") == i  # the write returned before this read began
     writer.delete("k")
+    past_the_coherence_bound()
     assert reader.get("k") is None  # a miss: this context holds the lease
     reader.set("k", "rebuilt", 60)
     assert writer.get("k") == "rebuilt"
     wait_until(lambda: sends_nothing(client, lambda: reader.get("k") == "rebuilt"))
     writer.invalidate("k")
+    past_the_coherence_bound()
     assert reader.get("k") is None  # stale: not served from the copy; this context refreshes it
     reader.set("k", "refreshed", 60)
     assert writer.get("k") == "refreshed"
@@ -86,8 +89,10 @@ async def test_async_reads_are_served_from_the_process_too(client: redis.Redis, 
     assert commands(client) - before == 1
     for i in range(1, 50):
         await writer.aset("k", f"v{i}", 60)
+        past_the_coherence_bound()
         assert await reader.aget("k") == f"v{i}"
     await writer.adelete("k")
+    past_the_coherence_bound()
     assert await reader.aget("k", "gone") == "gone"
     await reader.aset("k", "rebuilt", 60)  # commits this task's lease
     assert await writer.aget("k") == "rebuilt"

@@ -15,7 +15,7 @@ from flask_stampede import Stampede
 
 import stampede
 from tests.flask_stampede.app import make_app
-from tests.helpers import commands_processed, wait_until
+from tests.helpers import commands_processed, past_the_coherence_bound, wait_until
 
 
 def commands(admin: redis.Redis) -> int:
@@ -60,8 +60,10 @@ def test_the_extension_serves_reads_from_the_process(client: redis.Redis) -> Non
         assert commands(client) - before == 1  # the INFO above
         for i in range(1, 50):
             writer.set(price.key(1), f"v{i}", ttl=60)
+            past_the_coherence_bound()
             assert price(1) == f"v{i}"  # the write returned before this call began
         writer.delete(price.key(1))
+        past_the_coherence_bound()
         assert price(1) == "built"
         assert calls == [1]
     views = app.test_client()
@@ -87,8 +89,10 @@ def test_flask_caching_serves_reads_from_the_process(client: redis.Redis, namesp
         assert commands(client) - before == 1  # the INFO above
         for i in range(50):
             writer.set("k", i)
+            past_the_coherence_bound()
             assert reader.get("k") == i  # the write returned before this read began
         writer.delete("k")
+        past_the_coherence_bound()
         assert reader.get("k") is None
         writer.clear()
 
