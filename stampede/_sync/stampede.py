@@ -23,7 +23,7 @@ from typing import Any, TypeVar, cast
 import redis.exceptions
 
 from .._core.cached import CachedFunction, key_builder
-from .._core.envelope import Entry
+from .._core.envelope import NOT_PLAIN, Entry
 from .._core.events import EventHook, EventKind, logger
 from .._core.flights import KeyLocks, LocalFlight, LocalFlights
 from .._core.flow import (
@@ -157,6 +157,10 @@ class Stampede(Operations):
         self._subscriber = subscriber_for(client)
         self._near = settings.near_store()
         self._indexes_hot = settings.indexes_hot
+        # Hits of the common case, read without events (see Codec.plain_value).
+        self._plain_hits = settings.on_event is None
+        self._plain_value = settings.codec.plain_value
+        self._now = settings.clock.time
         if self._near is not None:
             self._subscriber.track(self._near)
             self._subscriber.track(settings.tags)  # tag states, dropped as soon as they change
@@ -299,6 +303,10 @@ class Stampede(Operations):
         except redis.exceptions.RedisError as exc:
             lookup = self._server.read_failed(keys, exc)
             return cast(T, self._single_flight(keys, options, lookup, rebuild, tag_ids))
+        if self._plain_hits and options.beta is None:
+            value = self._plain_value(keys.value, raw, self._now())
+            if value is not NOT_PLAIN:
+                return value  # type: ignore[no-any-return]
         found = self._lookup(keys, raw, options)
         if isinstance(found, Entry):
             # Not cast(): a function call, on every hit.
