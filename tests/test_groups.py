@@ -450,3 +450,22 @@ def test_groups_and_batches_through_a_sentinel_watched_master(sentinel: Any, nam
         assert not sf.get("b").is_fresh()
         sf.delete_tags("t")
         assert sf.get_many(["a", "b"]) == {}
+
+
+@pytest.mark.parametrize("states_held", [True, False], ids=["state-held", "state-forgotten"])
+def test_a_process_sees_its_own_invalidation_at_once_through_the_hot_index(
+    client: redis.Redis, namespace: str, states_held: bool
+) -> None:
+    sf = stampede.Stampede(client, namespace=namespace, near_cache=100)
+    try:
+        wait_until(lambda: sf._near.live)
+        sf.set("k", "old", ttl=600, stale_ttl=600, tags=["t"])
+        wait_until(lambda: sf.get_or_rebuild("k", Rebuilds(), tags=["t"]) == "old" and "k" in sf._near.hot)
+        if not states_held:
+            sf._settings.tags._states.clear()  # as past its bound on states held
+        sf.invalidate_tags("t")
+        rebuild = Rebuilds()
+        assert sf.get_or_rebuild("k", rebuild, tags=["t"]) == "new"  # stale: this caller refreshed it
+        assert rebuild.calls == 1
+    finally:
+        sf.close()

@@ -135,3 +135,4 @@ class Groups:
         replies = self._server.on_keys("bump", calls, "invalidate tags")
         for tag, raw in zip(ids, replies, strict=True):
             states.learned(tag, raw)  # this process sees its own invalidation at once
+        states.on_change()  # and its near copies judged before it go back to being judged
