@@ -266,9 +266,9 @@ class Settings:
 
     @property
     def indexes_hot(self) -> bool:
-        """Whether near hits may be served from the hot index: not when each hit
-        is reported (an event) or may be drawn for early refresh (``beta``)."""
-        return self.near is not None and self.on_event is None and self.options.beta is None
+        """Whether near hits may be served from the hot index: not when each may
+        be drawn for early refresh (``beta``, by default)."""
+        return self.near is not None and self.options.beta is None
 
     def near_store(self) -> NearStore | None:
         """The near cache's store, if there is one (made by the driver, which
