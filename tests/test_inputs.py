@@ -181,9 +181,16 @@ def test_times_beyond_what_redis_and_python_can_hold_are_refused(name: str) -> N
         Options(**{name: 1e18})
 
 
-def test_a_key_of_the_wrong_type_is_a_type_error(sf: stampede.Stampede) -> None:
-    with pytest.raises(TypeError, match="key must be str or bytes, got int 12345"):
-        sf.get(12345)  # type: ignore[arg-type]
+@pytest.mark.parametrize("key", [12345, ["user", 1]], ids=["int", "unhashable list"])
+def test_a_key_of_the_wrong_type_is_a_type_error(sf: stampede.Stampede, key: Any) -> None:
+    # Also with a near cache (make test-near-cache): its index is asked first.
+    words = f"key must be str or bytes, got {type(key).__name__}"
+    with pytest.raises(stampede.KeyTypeError, match=words):
+        sf.get(key)
+    with pytest.raises(stampede.KeyTypeError, match=words):
+        sf.get_or_rebuild(key, lambda: 1)
+    with pytest.raises(stampede.KeyTypeError, match=words):
+        sf.read(key)
     assert issubclass(stampede.KeyTypeError, ConfigurationError)
 
 

@@ -202,7 +202,10 @@ class NearStore:
         """The value of the hot copy of the caller's ``key``, a new object
         each time, if it may be served now; else :data:`NOT_HERE`. Every near
         hit but the first after a check comes here: written for speed."""
-        copy = self.hot.get(key)
+        try:
+            copy = self.hot.get(key)
+        except TypeError:
+            return NOT_HERE  # unhashable, so no key: the caller's own checks say so
         if copy is None or _monotonic() >= self.tracked.trusted_until or self._time() >= copy.fresh_until:
             return NOT_HERE
         copy.hits += 1
