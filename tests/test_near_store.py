@@ -145,3 +145,19 @@ def test_eviction_spares_copies_hit_from_the_hot_index() -> None:
     assert store.get(b"ns:{a") == b"a"
     assert store.get(b"ns:{b") is None
     assert store.serve("b") is NOT_HERE
+
+
+def test_an_inflated_payload_counts_against_max_bytes() -> None:
+    store = hot_store(max_bytes=100)
+    fill(store, b"ns:{a", b"z" * 10)
+    held = store.get(b"ns:{a")
+    assert held is not None
+    until = time.time() + 60
+    store.index("a", b"ns:{a", held, lambda: Copy(held, pickle.dumps("x" * 200), pickle.loads, until))
+    assert store.serve("a") is NOT_HERE  # inflated, it would not fit: not indexed
+    store.index("a", b"ns:{a", held, lambda: Copy(held, pickle.dumps("x" * 40), pickle.loads, until))
+    assert "a" in store.hot
+    fill(store, b"ns:{b", b"y" * 60)  # the inflated copy counts: 10 + 50-odd + 60 > 100
+    assert store.get(b"ns:{a") is None
+    assert store.serve("a") is NOT_HERE
+    assert store.get(b"ns:{b") == b"y" * 60

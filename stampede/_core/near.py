@@ -151,11 +151,14 @@ class Heartbeat:
 class Copy:
     """A near copy in the hot index: its payload, ready for ``loads``."""
 
-    __slots__ = ("aliases", "fresh_until", "hits", "loads", "payload", "raw", "seen")
+    __slots__ = ("aliases", "extra", "fresh_until", "hits", "loads", "payload", "raw", "seen")
 
     def __init__(self, raw: bytes, payload: Any, loads: Callable[[Any], Any], fresh_until: float) -> None:
         self.raw = raw  # the stored bytes it was made from
         self.payload = payload
+        #: Bytes it holds beyond the stored ones (an inflated payload): counted
+        #: against max_bytes too.
+        self.extra = max(0, len(payload) - len(raw)) if isinstance(payload, bytes) else 0
         self.loads = loads
         self.fresh_until = fresh_until
         self.aliases: list[Any] = []  # the callers' keys it is indexed under
@@ -222,14 +225,19 @@ class NearStore:
             copy = made()
             if copy is None:
                 return
+        settings = self.settings
         with self._lock:
             if self._entries.get(name) is not raw:
                 return  # invalidated meanwhile
             known = self._copies.get(name)
             if known is None or known.raw is not raw:
+                inflated = copy.extra and len(copy.payload) > settings.max_value_bytes
+                if inflated or self._bytes + copy.extra > settings.max_bytes:
+                    return  # inflated, it would not fit: served from the stored bytes instead
                 if known is not None:
                     self._drop_copy(name)
                 self._copies[name] = known = copy
+                self._bytes += copy.extra
             if len(known.aliases) < _MAX_ALIASES:
                 known.aliases.append(key)
                 self.hot[key] = known
@@ -243,6 +251,7 @@ class NearStore:
     def _cool(self) -> None:
         for copy in self._copies.values():
             self._counts["hits"] += copy.hits
+            self._bytes -= copy.extra
         self._copies.clear()
         self.hot.clear()
 
@@ -250,6 +259,7 @@ class NearStore:
         copy = self._copies.pop(name, None)
         if copy is not None:
             self._counts["hits"] += copy.hits
+            self._bytes -= copy.extra
             hot = self.hot
             for alias in copy.aliases:
                 if hot.get(alias) is copy:
