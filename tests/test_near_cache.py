@@ -295,6 +295,10 @@ def test_what_the_near_cache_does_is_reported_as_events_and_metrics(
         assert [(e.kind, e.key, e.namespace) for e in events] == [
             (stampede.EventKind.NEAR_HIT, "a}%", namespace)
         ]
+        assert "a}%" in reader._near.hot  # its next hits come from the hot index: reported too
+        for _ in range(20):
+            reader.get_or_rebuild("a}%", Rebuilds(), ttl=60)
+        assert [(e.kind, e.key) for e in events] == [(stampede.EventKind.NEAR_HIT, "a}%")] * 21
         writer.set("a}%", 2, ttl=60)  # another process's write
         wait_until(lambda: any(e.kind is stampede.EventKind.NEAR_INVALIDATION for e in events))
         assert [e.key for e in events if e.kind is stampede.EventKind.NEAR_INVALIDATION] == ["a}%"]

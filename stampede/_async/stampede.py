@@ -156,7 +156,6 @@ class Stampede(AsyncOperations):
         self._subscriber = async_subscriber_for(client)
         self._near = settings.near_store()
         self._indexes_hot = settings.indexes_hot
-        self._reports_hits = settings.on_event is not None
         # Hits of the common case, read without events (see Codec.plain_value).
         self._plain_hits = settings.on_event is None
         self._plain_value = settings.codec.plain_value
@@ -291,8 +290,6 @@ class Stampede(AsyncOperations):
         if near is not None and options.beta is None:
             value = near.serve(key)  # the hot index: most near hits end here
             if value is not NOT_HERE:
-                if self._reports_hits:
-                    self._settings.emit(self._keys(key), EventKind.NEAR_HIT)
                 return value  # type: ignore[no-any-return]
         keys = self._keys(key)
         # _first_read, inlined: this is every other hit's path.
@@ -555,8 +552,6 @@ class Stampede(AsyncOperations):
         if near is not None and options.beta is None:
             value = near.serve(key)  # the hot index: most near hits end here
             if value is not NOT_HERE:
-                if self._reports_hits:
-                    self._settings.emit(self._keys(key), EventKind.NEAR_HIT)
                 return _found(Read, (True, value, None, None))
         keys = self._keys(key)
         lookup = await self._first_read(keys, options, key)

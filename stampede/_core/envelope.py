@@ -218,7 +218,7 @@ def read_block(raw: bytes, at: int) -> tuple[int, tuple[tuple[bytes, int], ...],
 
 
 def _foreign(raw: Any) -> CorruptEntryError:
-    if isinstance(raw, (bytes, bytearray, memoryview)) and raw[:1] == b"\xa7":
+    if isinstance(raw, (bytes, bytearray, memoryview)) and raw[:1] == bytes((_OLD_FORMAT,)):
         return CorruptEntryError("written in an earlier stampede format: a miss, rebuilt in this one")
     return CorruptEntryError("not a stampede envelope of a known format version")
 
@@ -417,10 +417,10 @@ class Codec:
         that is stale or cannot be read so."""
         try:
             kind, _, _, codec_id, f_low, f_high, _ = _unpack_header(raw)
-            payload_at = read_block(raw, HEADER_SIZE)[2] if kind & TAGGED else HEADER_SIZE
-            end = len(raw) - (MAC_SIZE if kind & SIGNED else 0)
             if kind & STALE or kind & 0xF0 != KIND or (kind & SIGNED) != (self.signer is not None):
                 return None
+            payload_at = read_block(raw, HEADER_SIZE)[2] if kind & TAGGED else HEADER_SIZE
+            end = len(raw) - (MAC_SIZE if kind & SIGNED else 0)
             fresh = f_low | f_high << 32
             fresh_until = FOREVER if fresh == NEVER else fresh / 1000
             if codec_id == INT_CODEC:
@@ -432,10 +432,7 @@ class Codec:
                 payload = inflated(payload)
         except (struct.error, CorruptEntryError, ValueError, zlib.error):
             return None
-        serializer = self.serializer
-        # pickle.loads itself, where it is what the serializer calls: one call less a hit.
-        loads = pickle.loads if type(serializer) is PickleSerializer else serializer.loads
-        return payload, loads, fresh_until
+        return payload, self._loads, fresh_until
 
     @staticmethod
     def recorded(raw: Any) -> tuple[bytes, ...]:

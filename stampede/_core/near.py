@@ -175,10 +175,12 @@ class NearStore:
         prefix: bytes,
         report: Report | None = None,
         wall_clock: Callable[[], float] = time.time,
+        report_hit: Callable[[Any], None] | None = None,
     ) -> None:
         self.settings = settings
         self.prefix = prefix
         self._report = report
+        self._report_hit = report_hit  # told of each hit from the hot index, by the caller's key
         self._lock = threading.Lock()
         self._entries: OrderedDict[bytes, bytes] = OrderedDict()
         self._bytes = 0
@@ -212,6 +214,8 @@ class NearStore:
         if copy is None or _monotonic() >= self.tracked.trusted_until or self._time() >= copy.fresh_until:
             return NOT_HERE
         copy.hits += 1
+        if self._report_hit is not None:
+            self._report_hit(key)
         return copy.loads(copy.payload)
 
     def index(self, key: Any, name: bytes, raw: bytes, made: Callable[[], Copy | None]) -> None:

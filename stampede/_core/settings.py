@@ -275,10 +275,19 @@ class Settings:
         then has its subscriber track it)."""
         if self.near is None:
             return None
-        report = self._near_dropped if self.on_event is not None else None
-        store = NearStore(self.near, self.keys.prefix, report, self.clock.time)
+        reports = self.on_event is not None
+        store = NearStore(
+            self.near,
+            self.keys.prefix,
+            self._near_dropped if reports else None,
+            self.clock.time,
+            self._near_hit if reports else None,
+        )
         self.tags.on_change = store.cool
         return store
+
+    def _near_hit(self, key: Any) -> None:
+        self.emit(self.keys(key), EventKind.NEAR_HIT)
 
     def _near_dropped(self, kind: EventKind, name: bytes) -> None:
         self.emit_named(self.keys.key_of(name) if name else "", kind)
