@@ -1,5 +1,6 @@
-"""A least-privilege Redis user: the ACL the README gives is enough for every
-entry point, and the namespace is all it can reach."""
+"""A least-privilege Redis user: the ACL the documentation gives (docs/deployment.md,
+read from there, so the two cannot part) is enough for every entry point, and the
+namespace is all it can reach."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import logging
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,13 +21,20 @@ from stampede.testing import RedisServer
 from tests.drivers import DRIVERS
 from tests.helpers import AsyncRebuilds, Rebuilds, past_the_coherence_bound, run_threads, wait_until
 
-#: The README's line (Redis 6.2 and later; sharded pub/sub, on Redis 7+ and
-#: Valkey clusters, adds +spublish +ssubscribe +sunsubscribe), for namespace "app".
-ACL = (
-    "ACL SETUSER app on >app-password resetkeys resetchannels ~app:{* &app:{* &stampede:anchor:* -@all "
-    "+get +mget +exists +set +del +unlink +scan +pttl +pexpire +persist +getrange +setrange +incrby "
-    "+time +info +ping +eval +evalsha +script|load +script|exists +publish +subscribe +unsubscribe"
-)
+#: The page that gives the ACL line and what to add to it.
+DEPLOYMENT = Path(__file__).resolve().parent.parent / "docs" / "deployment.md"
+
+
+def _documented_acl() -> str:
+    """The documented line (Redis 6.2 and later; sharded pub/sub, on Redis 7+ and
+    Valkey clusters, adds +spublish +ssubscribe +sunsubscribe), for namespace "app",
+    with the test's password."""
+    text = DEPLOYMENT.read_text(encoding="utf-8")
+    block = text.split("```text\nACL SETUSER app ", 1)[1].split("```", 1)[0]
+    return "ACL SETUSER app " + " ".join(block.split()).replace(">password", ">app-password")
+
+
+ACL = _documented_acl()
 
 
 @pytest.fixture(scope="module")
@@ -156,7 +165,7 @@ def test_flask_needs_nothing_more(url: str, denied: list[Any]) -> None:
         cache.clear()
 
 
-#: What the README adds to the line for the near cache: tracking on the
+#: What the documentation adds to the line for the near cache: tracking on the
 #: subscriber's connection, and (RESP2) its invalidation channel.
 NEAR_CACHE_ACL = " +client|id +client|tracking &__redis__:invalidate"
 
@@ -299,3 +308,11 @@ def test_a_cluster_needs_only_the_documented_additions(cluster: Any) -> None:
             admin = redis.Redis(port=node.port)
             admin.execute_command("ACL", "DELUSER", "app")
             admin.close()
+
+
+@pytest.mark.parametrize(
+    "addition", [NEAR_CACHE_ACL, CLUSTER_ACL, SHARDED_ACL], ids=["near", "cluster", "sharded"]
+)
+def test_the_additions_tested_are_the_documented_ones(addition: str) -> None:
+    documented = " ".join(DEPLOYMENT.read_text(encoding="utf-8").replace("`", " ").split())
+    assert addition.strip() in documented
