@@ -9,6 +9,8 @@ The asyncio twin is :class:`stampede.asyncio.Stampede`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ._core.cached import CachedFunction as CachedFunction
 from ._core.cached import function_key as function_key
 from ._core.envelope import Entry as Entry
@@ -35,12 +37,33 @@ from ._exceptions import KeyTypeError as KeyTypeError
 from ._exceptions import RedisUnavailableError as RedisUnavailableError
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import StampedeError as StampedeError
+from ._exceptions import UnknownOptionError as UnknownOptionError
 from ._exceptions import WaitTimeoutError as WaitTimeoutError
 from ._redis.urls import redact as redact_url
 from ._sync.stampede import Stampede as Stampede
 from ._sync.stampede import redis_client as redis_client
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:
+    from . import asyncio as asyncio
+    from . import testing as testing
+else:
+    #: Submodules reachable as attributes after ``import stampede`` alone.
+    _LAZY = frozenset({"asyncio", "testing"})
+
+    def __getattr__(name: str) -> object:
+        """``stampede.testing`` and ``stampede.asyncio`` without importing them
+        first (PEP 562): imported at their first use, which makes them attributes.
+        Hidden from type checkers, which would take any name for an attribute."""
+        if name in _LAZY:
+            import importlib
+
+            return importlib.import_module(f"{__name__}.{name}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+del TYPE_CHECKING  # not a public name
 
 __all__ = [
     "CachedFunction",
@@ -63,6 +86,7 @@ __all__ = [
     "Signer",
     "Stampede",
     "StampedeError",
+    "UnknownOptionError",
     "WaitTimeoutError",
     "configure",
     "default",

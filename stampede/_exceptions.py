@@ -3,8 +3,11 @@
 Every error the library itself raises derives from :class:`StampedeError`::
 
     StampedeError
-    ├── ConfigurationError     bad argument, option, key or client (also a ValueError)
-    │   └── KeyTypeError       a key neither str nor bytes (also a TypeError)
+    ├── ConfigurationError     bad argument, option, key or client, or a Redis that
+    │   │                      refuses the client (a wrong password, an ACL, a cluster
+    │   │                      node read as one server): also a ValueError
+    │   ├── KeyTypeError       a key neither str nor bytes (also a TypeError)
+    │   └── UnknownOptionError an unknown keyword argument or option (also a TypeError)
     ├── SerializationError     the serializer could not encode a value
     ├── RedisUnavailableError  Redis unreachable, timing out or refusing a command
     └── WaitTimeoutError       a missing key was not rebuilt within ``wait_timeout``
@@ -22,6 +25,7 @@ __all__ = [
     "RedisUnavailableError",
     "SerializationError",
     "StampedeError",
+    "UnknownOptionError",
     "WaitTimeoutError",
 ]
 
@@ -37,6 +41,12 @@ class ConfigurationError(StampedeError, ValueError):
 class KeyTypeError(ConfigurationError, TypeError):
     """A key that is neither ``str`` nor ``bytes``: a ``TypeError``, as Python
     code expects of a wrong type, and a :class:`ConfigurationError` too."""
+
+
+class UnknownOptionError(ConfigurationError, TypeError):
+    """A keyword argument or option that the call or class does not take: a
+    ``TypeError``, as Python raises for an unexpected keyword, and a
+    :class:`ConfigurationError` too. The message lists those it takes."""
 
 
 class SerializationError(StampedeError):

@@ -28,7 +28,7 @@ class Failing:
         if isinstance(self.setup, RedisCluster):
             for node in self.setup.nodes:
                 with redis.Redis(port=node.port, socket_timeout=5) as client:
-                    # As the README advises: a cluster that marked a master
+                    # As the documentation advises (During a failover): a cluster that marked a master
                     # failed refuses every read until the promotion otherwise,
                     # a replica's too.
                     client.config_set("cluster-allow-reads-when-down", "yes")

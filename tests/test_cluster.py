@@ -146,7 +146,7 @@ def test_a_stale_key_whose_slot_is_migrating(cluster: RedisCluster, csf: stamped
 
 
 async def test_asyncio_a_cold_key_whose_slot_is_migrating(cluster: RedisCluster, namespace: str) -> None:
-    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.node_url, socket_timeout=5)
     sf = stampede.asyncio.Stampede(client, namespace=namespace)
     migration = cluster.begin_migration(KeySpace(namespace)("cold").value)
     rebuilds = AsyncRebuilds()
@@ -169,7 +169,7 @@ async def test_asyncio_connections_torn_down_under_commands_are_connection_failu
     # in-use ones included, after MOVED replies or a failed command; a task
     # whose command was on one meets a writer gone (AttributeError). Here the
     # key's node is torn down the same way, every 2 ms, under 100 tasks.
-    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.node_url, socket_timeout=5)
     sf = stampede.asyncio.Stampede(client, namespace=namespace, wait_timeout=2)
     await sf.set("k", "v", ttl=60)
     node = client.get_node_from_key(KeySpace(namespace)("k").value)
@@ -266,7 +266,9 @@ def test_waiters_are_woken_on_the_keys_own_shard(cluster: RedisCluster, csf: sta
 
 
 async def test_asyncio_waiters_are_woken_on_the_keys_own_shard(cluster: RedisCluster, namespace: str) -> None:
-    clients = [redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5) for _ in range(2)]
+    clients = [
+        redis.asyncio.cluster.RedisCluster.from_url(cluster.node_url, socket_timeout=5) for _ in range(2)
+    ]
     holder, other = (stampede.asyncio.Stampede(client, namespace=namespace) for client in clients)
     channel = KeySpace(namespace)("woken").channel
     release = asyncio.Event()
@@ -297,7 +299,7 @@ async def test_asyncio_waiters_are_woken_on_the_keys_own_shard(cluster: RedisClu
 
 
 async def test_asyncio_one_rebuild_and_every_operation(cluster: RedisCluster, namespace: str) -> None:
-    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.url, socket_timeout=5)
+    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.node_url, socket_timeout=5)
     asf = stampede.asyncio.Stampede(client, namespace=namespace)
     rebuilds = AsyncRebuilds(delay=0.2)
     assert await run_tasks(400, lambda: asf.get_or_rebuild("cold", rebuilds, ttl=60)) == ["v1"] * 400
@@ -383,14 +385,15 @@ def test_a_cluster_url_that_cannot_work_is_refused_naming_it(url: str, message: 
 
 def test_errors_keep_the_servers_words(cluster: RedisCluster, namespace: str) -> None:
     # A plain client pointed at one node of a cluster, as a single URL gives:
-    # a key of another node's slot answers MOVED, and the message says so.
-    plain = redis.Redis.from_url(cluster.url, socket_timeout=5)
+    # a key of another node's slot answers MOVED, and the message says so. It
+    # is a misconfiguration (never an outage that fail_open would hide).
+    plain = redis.Redis.from_url(cluster.node_url, socket_timeout=5)
     sf = stampede.Stampede(plain, namespace=namespace)
     moved = []
     for i in range(20):
         try:
             sf.set(f"k{i}", i, ttl=60)
-        except stampede.RedisUnavailableError as exc:
+        except stampede.ConfigurationError as exc:
             moved.append(str(exc))
     assert moved
     assert all("MOVED" in message for message in moved), moved

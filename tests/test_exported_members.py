@@ -25,7 +25,7 @@ def test_every_public_attribute_is_in_all() -> None:
 
 def test_every_error_derives_from_stampede_error() -> None:
     errors = [getattr(stampede, name) for name in stampede.__all__ if name.endswith("Error")]
-    assert len(errors) == 6
+    assert len(errors) == 7
     for error in errors:
         assert issubclass(error, stampede.StampedeError)
 

@@ -214,7 +214,7 @@ def test_a_reader_loop_never_goes_back_behind_a_write_that_returned(pair: Any) -
     # The judged scenario: one writer writing while one reader loops through
     # its near cache. (Several reader threads of one process share a GET in
     # flight, whose reply can predate a write that returned after it was
-    # sent: see the README's near cache section.)
+    # sent: see the documentation's near cache page.)
     reader, writer = pair
     writer.set("k", 0, ttl=60)
     written = [0]

@@ -30,14 +30,31 @@ EXTRAS_MODULES = {
 
 
 def _imports(path: Path) -> set[str]:
+    """The top-level modules ``path`` imports when it runs: those imported
+    only for a type checker (under ``if TYPE_CHECKING:``) are left out."""
     tree = ast.parse(path.read_text(), str(path))
     names: set[str] = set()
-    for node in ast.walk(tree):
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _for_type_checkers(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
         if isinstance(node, ast.Import):
             names.update(alias.name.split(".")[0] for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
     return names
+
+
+def _for_type_checkers(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def test_the_core_imports_no_framework_and_no_example() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.exceptions
 
@@ -20,7 +20,7 @@ from .._core.flights import KeyLocks
 from .._core.flow import FAILOVER_BACKOFF, Clock
 from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
-from .._core.options import UNSET
+from .._core.options import UNSET, NoMore, unknown_arguments
 from .._core.settings import Settings
 from .._core.tags import NAMESPACE
 from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
@@ -29,6 +29,9 @@ from .._redis.errors import lost_connection
 from .groups import AsyncGroups
 from .reads import AsyncSharedReads
 from .server import AsyncServer
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["AsyncOperations"]
 
@@ -120,10 +123,13 @@ class AsyncOperations:
         ttl: float | None = UNSET,
         stale_ttl: float = UNSET,
         tags: Sequence[str] = (),
+        **unknown: Unpack[NoMore],
     ) -> None:
         """Store ``value`` under ``key`` now, wake any waiters, and cancel any
         rebuild in flight (its write would be older than this one). ``tags``:
         the groups it belongs to (see :meth:`invalidate_tags`)."""
+        if unknown:
+            raise unknown_arguments(self.set, unknown)
         options = self._settings.call_options(ttl=ttl, stale_ttl=stale_ttl)
         tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
@@ -153,9 +159,12 @@ class AsyncOperations:
         ttl: float | None = UNSET,
         stale_ttl: float = UNSET,
         tags: Sequence[str] = (),
+        **unknown: Unpack[NoMore],
     ) -> bool:
         """Store ``value`` only if ``key`` holds nothing; returns whether it did.
         ``tags``: the groups it belongs to (see :meth:`invalidate_tags`)."""
+        if unknown:
+            raise unknown_arguments(self.add, unknown)
         options = self._settings.call_options(ttl, stale_ttl)
         tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
@@ -185,8 +194,17 @@ class AsyncOperations:
         other), in one command. :meth:`clear` is the hard one."""
         await self._groups.bump((NAMESPACE,), hard=False)
 
-    async def touch(self, key: str | bytes, *, ttl: float | None = UNSET, stale_ttl: float = UNSET) -> bool:
+    async def touch(
+        self,
+        key: str | bytes,
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        **unknown: Unpack[NoMore],
+    ) -> bool:
         """Give the value of ``key`` a new ``ttl`` from now; returns whether there was one."""
+        if unknown:
+            raise unknown_arguments(self.touch, unknown)
         options = self._settings.call_options(ttl, stale_ttl)
         keys = self._keys(key)
         if self._settings.codec.signer is not None:
@@ -197,7 +215,10 @@ class AsyncOperations:
     async def incr(self, key: str | bytes, delta: int = 1) -> int | None:
         """Add ``delta`` to the integer stored under ``key``, keeping its expiry.
 
-        Returns the new value, or ``None`` if there is none. Raises
+        Returns the new value, or ``None`` when ``key`` holds no value
+        (missing, expired, deleted, or unreadable by this instance): nothing
+        is created then, unlike Redis's ``INCRBY``, which starts from 0;
+        store the first value with :meth:`set` (or :meth:`add`). Raises
         ``TypeError`` if the value is not an integer and ``OverflowError``
         outside the signed 64-bit range.
         """
@@ -296,9 +317,16 @@ class AsyncOperations:
         return found
 
     async def set_many(
-        self, mapping: Mapping[Any, Any], *, ttl: float | None = UNSET, stale_ttl: float = UNSET
+        self,
+        mapping: Mapping[Any, Any],
+        *,
+        ttl: float | None = UNSET,
+        stale_ttl: float = UNSET,
+        **unknown: Unpack[NoMore],
     ) -> None:
         """:meth:`set` for every item, in one round trip."""
+        if unknown:
+            raise unknown_arguments(self.set_many, unknown)
         options = self._settings.call_options(ttl, stale_ttl)
         calls = [
             (names, self._settings.write_args(names, value, options))

@@ -32,7 +32,7 @@ from .._core.keys import Keys
 from .._core.options import Options
 from .._core.reads import Paused
 from .._core.settings import Settings
-from .._exceptions import RedisUnavailableError
+from .._exceptions import ConfigurationError, RedisUnavailableError
 from .._primitives import (
     AsyncBackground,
     AsyncDetached,
@@ -155,6 +155,9 @@ class AsyncFlowRunner:
             try:
                 await self._server.script("release", keys, args)
                 return
+            except ConfigurationError as exc:  # Redis refuses this client: asking again will not do
+                logger.warning("could not release the lease on %r: %s", keys.name, exc)
+                return
             except RedisUnavailableError:
                 if time.monotonic() + delay >= give_up_at:
                     return
@@ -231,6 +234,9 @@ class AsyncFlowRunner:
                 return False
             try:
                 renewed = await self._server.pipelined("extend", calls)
+            except ConfigurationError as exc:  # Redis refuses this client: asking again will not do
+                logger.warning("could not renew the leases of a batch, no longer trying: %s", exc)
+                return False
             except RedisUnavailableError as exc:
                 logger.warning("could not renew the leases of a batch, will retry: %s", exc)
                 continue
@@ -250,6 +256,9 @@ class AsyncFlowRunner:
                 return False
             try:
                 renewed = await self._server.script("extend", keys, [token, options.lease_ms])
+            except ConfigurationError as exc:  # Redis refuses this client: asking again will not do
+                logger.warning("could not renew the lease on %r, no longer trying: %s", keys.name, exc)
+                return False
             except RedisUnavailableError as exc:
                 logger.warning("could not renew the lease on %r, will retry: %s", keys.name, exc)
                 continue

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis.exceptions
 
-from .._core.cached import CachedFunction, key_builder
+from .._core.cached import CachedFunction, check_decorated, key_builder
 from .._core.envelope import NOT_PLAIN, Entry
 from .._core.events import EventHook, EventKind, logger
 from .._core.flights import KeyLocks, LocalFlight, LocalFlights
@@ -34,7 +34,7 @@ from .._core.flow import (
 )
 from .._core.keys import Keys
 from .._core.near import NOT_HERE
-from .._core.options import UNSET, Options
+from .._core.options import UNSET, NoMore, Options, unknown_arguments
 from .._core.reads import LEASE_TAKEN, Lease, Paused, Read
 from .._core.serializers import Serializer
 from .._core.settings import Settings
@@ -60,11 +60,16 @@ from .runner import AsyncFlowRunner
 from .server import AsyncServer
 from .subscriber import async_subscriber_for
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["Stampede", "redis_client"]
 
 T = TypeVar("T")
 #: Builds a Read from a tuple without NamedTuple's Python-level __new__ (a hit's path).
 _found = tuple.__new__
+#: A call's options as given when it left them all to the instance.
+_NONE_GIVEN = (UNSET,) * 6
 
 
 class Stampede(AsyncOperations):
@@ -121,9 +126,9 @@ class Stampede(AsyncOperations):
         compress_above: int | None = 1024,
         **option_values: Any,
     ) -> None:
-        check_client(client)
-        for replica in replicas:
-            check_client(replica)
+        check_client(client, asynchronous=True)
+        for i, replica in enumerate(replicas):
+            check_client(replica, asynchronous=True, argument=f"replicas[{i}]")
         settings = Settings(
             namespace=namespace,
             options=options,
@@ -147,6 +152,7 @@ class Stampede(AsyncOperations):
         # Bound once: they are on every hit.
         self._keys = settings.keys
         self._call_options = settings.call_options
+        self._options = settings.options
         self._lookup = settings.lookup
         self._clock = settings.clock
         self._owns_client = False  # set by from_url(), whose client close() closes
@@ -271,6 +277,7 @@ class Stampede(AsyncOperations):
         background: bool = UNSET,
         beta: float | None = UNSET,
         tags: Sequence[str] = (),
+        **unknown: Unpack[NoMore],
     ) -> T:
         """Return the cached value of ``key``, rebuilding it with ``rebuild()``
         in exactly one caller when it is stale or missing.
@@ -282,7 +289,11 @@ class Stampede(AsyncOperations):
         from ``rebuild`` reach the caller unchanged. ``tags``: the groups the
         value belongs to (see :meth:`invalidate_tags`).
         """
-        options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
+        if unknown:
+            raise unknown_arguments(self.get_or_rebuild, unknown)
+        given = (ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
+        # The instance's options when none is given, without a call: a hit's path.
+        options = self._options if given == _NONE_GIVEN else self._call_options(*given)
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         tag_ids = self._settings.tag_ids(tags) if tags else ()
@@ -329,6 +340,7 @@ class Stampede(AsyncOperations):
         wait_timeout: float = UNSET,
         beta: float | None = UNSET,
         tags: Sequence[str] = (),
+        **unknown: Unpack[NoMore],
     ) -> dict[Any, Any]:
         """:meth:`get_or_rebuild` for many keys at once; returns ``{key: value}``.
 
@@ -342,6 +354,8 @@ class Stampede(AsyncOperations):
         :meth:`get_or_rebuild`. Under asyncio, ``rebuild_many`` may be a
         coroutine function.
         """
+        if unknown:
+            raise unknown_arguments(self.get_or_rebuild_many, unknown)
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
         return await self._batches.get_or_rebuild_many(keys, rebuild_many, options, tag_ids)
@@ -532,6 +546,7 @@ class Stampede(AsyncOperations):
         wait_timeout: float = UNSET,
         beta: float | None = UNSET,
         tags: Sequence[str] = (),
+        **unknown: Unpack[NoMore],
     ) -> Read:
         """:meth:`get_or_rebuild` for callers that rebuild by themselves.
 
@@ -546,7 +561,10 @@ class Stampede(AsyncOperations):
         the lease is not renewed: commit within ``lease_ttl``. ``tags``: those
         the value will carry, if known now (else given to :meth:`commit`).
         """
-        options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
+        if unknown:
+            raise unknown_arguments(self.read, unknown)
+        given = (ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
+        options = self._options if given == _NONE_GIVEN else self._call_options(*given)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
         near = self._near
         if near is not None and options.beta is None:
@@ -617,6 +635,7 @@ class Stampede(AsyncOperations):
         stale_ttl: float = UNSET,
         store_if_lapsed: bool = False,
         tags: Sequence[str] | None = None,
+        **unknown: Unpack[NoMore],
     ) -> bool:
         """Store ``value`` under the lease from :meth:`read`, wake the waiters
         and free the lease; ``ttl``/``stale_ttl`` default to those of the
@@ -628,6 +647,8 @@ class Stampede(AsyncOperations):
         carries, if not given to :meth:`read`; a tag invalidated since the
         ``read`` leaves the value stored stale (or, deleted, missing).
         """
+        if unknown:
+            raise unknown_arguments(self.commit, unknown)
         rebuilt = self._settings.rebuilt_by_holder(lease, value)
         options = self._settings.settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
@@ -669,6 +690,7 @@ class Stampede(AsyncOperations):
         beta: float | None = UNSET,
         key: str | Callable[..., str] | None = None,
         tags: Sequence[str] | Callable[..., Sequence[str]] = (),
+        **unknown: Unpack[NoMore],
     ) -> Callable[[Callable[..., Any]], CachedFunction[Awaitable[Any]]]:
         """Decorate a function so its results are cached with :meth:`get_or_rebuild`.
 
@@ -679,6 +701,8 @@ class Stampede(AsyncOperations):
         ``delete(*args)``. ``tags``: the groups each result belongs to, or a
         function of the same arguments returning them.
         """
+        if unknown:
+            raise unknown_arguments(self.cached, unknown)
         overrides: dict[str, Any] = dict(
             ttl=ttl,
             stale_ttl=stale_ttl,
@@ -692,6 +716,7 @@ class Stampede(AsyncOperations):
             self._settings.tag_ids(tags)  # and bad tags
 
         def decorate(func: Callable[..., Any]) -> CachedFunction[Awaitable[Any]]:
+            check_decorated(func, asynchronous=True)
             key_of = key_builder(func, key)
 
             @functools.wraps(func)

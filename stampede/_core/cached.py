@@ -9,7 +9,7 @@ from typing import Any, Generic, Protocol, TypeVar, cast
 
 from .._exceptions import ConfigurationError
 
-__all__ = ["CachedFunction", "function_key", "key_builder"]
+__all__ = ["CachedFunction", "check_decorated", "function_key", "key_builder"]
 
 R = TypeVar("R", covariant=True)
 
@@ -46,6 +46,20 @@ class CachedFunction(Protocol, Generic[R]):
         function.invalidate = lambda *args, **kwargs: invalidate(key_of(*args, **kwargs))
         function.delete = lambda *args, **kwargs: delete(key_of(*args, **kwargs))
         return cast(CachedFunction[Any], function)
+
+
+def check_decorated(func: Any, *, asynchronous: bool) -> None:
+    """Refuse an ``async def`` function to the blocking flavour's ``cached()``
+    (``asynchronous``: the asyncio flavour's, which calls plain functions in a
+    worker thread and awaits coroutine functions: both will do)."""
+    if asynchronous or not (inspect.iscoroutinefunction(func) or inspect.isasyncgenfunction(func)):
+        return
+    name = f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', repr(func))}"
+    raise ConfigurationError(
+        f"cached() of stampede.Stampede cannot decorate {name}: it is an async function, and the "
+        "blocking Stampede would cache the coroutine each call returns, unawaited: decorate it with "
+        "the cached() of a stampede.asyncio.Stampede (or make it a plain def)"
+    )
 
 
 def function_key(func: Callable[..., Any]) -> Callable[..., str]:

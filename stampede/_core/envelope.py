@@ -217,6 +217,19 @@ def read_block(raw: bytes, at: int) -> tuple[int, tuple[tuple[bytes, int], ...],
     return namespace, tuple(tags), end
 
 
+#: Why a value is a miss when the writer and the reader disagree about signing.
+_SIGNED = (
+    "the value is signed (its writer has a signing_key) and this instance has no signing_key, so "
+    "it cannot verify it: it is read as a miss. Give every instance of the namespace the same "
+    "signing_key (Django: OPTIONS['SIGNING_KEY'], Flask: STAMPEDE_SIGNING_KEY)"
+)
+_UNSIGNED = (
+    "the value is not signed (its writer has no signing_key) and this instance, which has one, reads "
+    "signed values only: it is read as a miss. Give every instance of the namespace the same "
+    "signing_key (Django: OPTIONS['SIGNING_KEY'], Flask: STAMPEDE_SIGNING_KEY)"
+)
+
+
 def _foreign(raw: Any) -> CorruptEntryError:
     if isinstance(raw, (bytes, bytearray, memoryview)) and raw[:1] == bytes((_OLD_FORMAT,)):
         return CorruptEntryError("written in an earlier stampede format: a miss, rebuilt in this one")
@@ -328,7 +341,8 @@ class Codec:
         if not self.signer.verify(view[-MAC_SIZE:], _name_part(name), _BYTE[kind & _NOT_STALE], signed):
             raise CorruptEntryError(
                 "the signature does not match: the value was forged or altered, copied from "
-                "another key, or signed with a key this instance does not have"
+                "another key, or signed with a key this instance does not have (if its writers "
+                "have another signing_key, give this instance the same, or list both while rotating)"
             )
         if len(raw) <= _VERIFIED_LARGEST:
             if len(self._verified) >= _VERIFIED_KEYS or self._verified_bytes > _VERIFIED_BYTES:
@@ -386,15 +400,12 @@ class Codec:
         end = len(raw)
         if self.signer is not None:
             if not kind & SIGNED or end < HEADER_SIZE + MAC_SIZE:
-                raise CorruptEntryError("the value is not signed, and this instance reads signed values only")
+                raise CorruptEntryError(_UNSIGNED)
             if self._verified.get(name) != raw:  # a comparison with public bytes: no secret to time
                 self._verify(name, raw, kind)
             end -= MAC_SIZE
         elif kind & SIGNED:
-            raise CorruptEntryError(
-                "the value is signed, and this instance has no signing key to read it: give it "
-                "the writers' signing_key"
-            )
+            raise CorruptEntryError(_SIGNED)
         fresh = f_low | f_high << 32
         fresh_until = 0.0 if kind & STALE else FOREVER if fresh == NEVER else fresh / 1000
         if kind & TAGGED:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, TypeVar
 
-from .._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError, UnknownOptionError
 
-__all__ = ["CALL_OPTIONS", "UNSET", "Options", "WaitTimeoutPolicy"]
+__all__ = ["CALL_OPTIONS", "UNSET", "NoMore", "Options", "WaitTimeoutPolicy", "unknown_arguments"]
 
 WaitTimeoutPolicy = Literal["rebuild", "raise"]
 
@@ -65,6 +67,79 @@ def _flag(name: str, value: object) -> bool:
     return value
 
 
+def _unknown_message(
+    what: str, kind: str, unknown: Iterable[str], known: Sequence[str], instance_only: Iterable[str] = ()
+) -> str:
+    """The message for ``what`` (``"get_or_rebuild()"``...) given ``unknown``
+    keywords, which are ``kind`` (``"keyword argument"``, ``"option"``): it
+    names them, suggests the close match among ``known`` (or, for a name of
+    ``instance_only``, where it goes instead), and lists ``known``."""
+    names = sorted(unknown)
+    hints = []
+    for name in names:
+        if name in instance_only:
+            hints.append(
+                f"{name} is an option of the instance, not of a call: give it to Stampede() or Options()."
+            )
+        elif close := difflib.get_close_matches(name, known, n=1):
+            hints.append(
+                f"did you mean {close[0]}?" if len(names) == 1 else f"{name}: did you mean {close[0]}?"
+            )
+    head = (
+        f"an unknown {kind} {names[0]!r}"
+        if len(names) == 1
+        else f"unknown {kind}s {', '.join(map(repr, names))}"
+    )
+    listed = ", ".join(known[:-1]) + f" and {known[-1]}" if len(known) > 1 else "".join(known)
+    takes = "The options are" if kind == "option" else f"The {kind}s it takes are"
+    return f"{what} got {head}: " + "".join(f"{hint} " for hint in hints) + f"{takes} {listed}."
+
+
+def unknown_arguments(function: Callable[..., Any], unknown: Iterable[str]) -> UnknownOptionError:
+    """The error for a call of ``function`` (a method taking ``**unknown``)
+    with keyword arguments it does not take."""
+    code = getattr(function, "__func__", function).__code__
+    keywords = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
+    fields = {field.name for field in dataclasses.fields(Options)}
+    return UnknownOptionError(
+        _unknown_message(
+            f"{function.__name__}()", "keyword argument", unknown, keywords, fields - set(keywords)
+        )
+    )
+
+
+class NoMore(TypedDict):
+    """No keyword argument: what the ``**unknown`` of a method that takes options
+    is typed with, so that a type checker refuses any keyword it does not name
+    (at run time, the method raises :class:`UnknownOptionError` naming it)."""
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def _naming_unknown_options(cls: _C) -> _C:
+    """Make ``cls`` (a dataclass) refuse an unknown keyword with an
+    :class:`UnknownOptionError` that names it and lists its fields (its
+    generated ``__init__`` raises a bare ``TypeError``)."""
+    init = vars(cls)["__init__"]  # the one dataclass() generated
+    fields = tuple(field.name for field in dataclasses.fields(cls))
+    known = frozenset(fields)
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        if not kwargs.keys() <= known:
+            raise UnknownOptionError(
+                _unknown_message(f"{cls.__name__}()", "option", kwargs.keys() - known, fields)
+            )
+        init(self, *args, **kwargs)
+
+    __init__.__wrapped__ = init  # type: ignore[attr-defined]  # inspect.signature() shows the fields
+    __init__.__qualname__ = init.__qualname__
+    __init__.__doc__ = init.__doc__
+    type.__setattr__(cls, "__init__", __init__)
+    return cls
+
+
+@_naming_unknown_options
 @dataclass(frozen=True, slots=True)
 class Options:
     """How stampede caches, leases and waits; validated when built.
@@ -120,7 +195,14 @@ class Options:
         if lease_ttl < 0.01:
             raise ConfigurationError(f"lease_ttl must be at least 0.01, got {lease_ttl!r}")
         set_(self, "lease_ttl", lease_ttl)
-        set_(self, "max_lease_time", _positive("max_lease_time", self.max_lease_time))
+        max_lease_time = _positive("max_lease_time", self.max_lease_time)
+        if max_lease_time < lease_ttl:
+            raise ConfigurationError(
+                f"max_lease_time={max_lease_time:g} is below lease_ttl={lease_ttl:g}: max_lease_time "
+                "(after which a lease is no longer renewed) must be at least one lease_ttl: raise "
+                f"max_lease_time to {lease_ttl:g} or more, or lower lease_ttl"
+            )
+        set_(self, "max_lease_time", max_lease_time)
         set_(self, "wait_timeout", _non_negative("wait_timeout", self.wait_timeout))
         if self.on_wait_timeout not in ("rebuild", "raise"):
             raise ConfigurationError(
@@ -158,20 +240,19 @@ class Options:
             return self
         unknown = overrides.keys() - CALL_OPTIONS
         if unknown:
-            raise ConfigurationError(
-                f"unknown option(s) {', '.join(sorted(unknown))}; "
-                f"a call accepts {', '.join(sorted(CALL_OPTIONS))}"
+            fields = {field.name for field in dataclasses.fields(Options)}
+            raise UnknownOptionError(
+                _unknown_message("a call", "option", unknown, sorted(CALL_OPTIONS), fields - CALL_OPTIONS)
             )
         return dataclasses.replace(self, **overrides)
 
     @classmethod
-    def from_mapping(cls, values: dict[str, Any]) -> Options:
-        """Build options from a mapping, naming any unknown key in the error."""
+    def from_mapping(cls, values: dict[str, Any], what: str = "Options.from_mapping()") -> Options:
+        """Build options from a mapping, naming any unknown key in the error
+        (which says that ``what`` got it)."""
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = values.keys() - fields
         if unknown:
-            raise ConfigurationError(
-                f"unknown option(s) {', '.join(sorted(unknown))}; "
-                f"known options are {', '.join(sorted(fields))}"
-            )
+            ordered = [f.name for f in dataclasses.fields(cls)]
+            raise UnknownOptionError(_unknown_message(what, "option", unknown, ordered))
         return cls(**values)

@@ -199,6 +199,12 @@ class Compressed:
 
 
 _NAMED: dict[str, type[Serializer]] = {"pickle": PickleSerializer, "json": JsonSerializer}
+#: What a serializer setting may be, for messages.
+_ACCEPTED = (
+    "'pickle', 'json', either compressed ('pickle+zlib', 'json+zlib', 'pickle+zstd', 'json+zstd'), "
+    "or the dotted path of a stampede serializer class or instance (such as "
+    "'myapp.serializers.MsgpackSerializer')"
+)
 
 
 def serializer_from(setting: Any) -> Serializer:
@@ -210,21 +216,29 @@ def serializer_from(setting: Any) -> Serializer:
         # "json+zlib", "pickle+zstd": a named serializer, compressed.
         name, _, algorithm = value.lower().partition("+")
         if name not in _NAMED:
-            raise ConfigurationError(f"serializer {setting!r}: {name!r} is not 'pickle' or 'json'")
+            raise ConfigurationError(
+                f"serializer {setting!r}: {name!r} is not 'pickle' or 'json'; use {_ACCEPTED}"
+            )
+        if algorithm not in _ALGORITHMS:
+            raise ConfigurationError(
+                f"serializer {setting!r}: the algorithm must be 'zlib' or 'zstd', got {algorithm!r}"
+            )
         return Compressed(_NAMED[name](), algorithm)
     if isinstance(value, str):
         if value.lower() in _NAMED:
             value = _NAMED[value.lower()]
+        elif not all(part.isidentifier() for part in value.split(".")) or "." not in value:
+            raise ConfigurationError(f"serializer {setting!r} is not a name stampede knows: use {_ACCEPTED}")
         else:
             module, _, name = value.rpartition(".")
             try:
                 value = getattr(importlib.import_module(module), name)
             except (ImportError, AttributeError, ValueError) as exc:
-                raise ConfigurationError(f"serializer {setting!r} cannot be imported: {exc}") from exc
+                raise ConfigurationError(
+                    f"serializer {setting!r} cannot be imported ({exc}): use {_ACCEPTED}"
+                ) from exc
     if isinstance(value, type):
         value = value()
     if not isinstance(value, Serializer):
-        raise ConfigurationError(
-            f"serializer must be 'pickle', 'json', 'json+zlib'... or a stampede serializer, got {setting!r}"
-        )
+        raise ConfigurationError(f"serializer must be {_ACCEPTED}, a class or an instance, got {setting!r}")
     return value

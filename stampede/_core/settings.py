@@ -72,8 +72,13 @@ class Settings:
         if not isinstance(base, Options):
             raise ConfigurationError(f"options must be a stampede.Options, got {base!r}")
         if option_values:
-            base = Options.from_mapping({**dataclasses.asdict(base), **option_values})
+            base = Options.from_mapping({**dataclasses.asdict(base), **option_values}, "Stampede()")
         serializer = serializer if serializer is not None else PickleSerializer()
+        if isinstance(serializer, str):
+            raise ConfigurationError(
+                f"serializer={serializer!r} is a name, and Stampede() takes a serializer object: "
+                f"serializer=stampede.serializer_from({serializer!r}) reads the name"
+            )
         if not isinstance(serializer, Serializer):
             raise ConfigurationError(f"serializer must have codec_id, dumps and loads, got {serializer!r}")
         codec_id = serializer.codec_id
@@ -96,6 +101,15 @@ class Settings:
         self.tags = TagStates(self.keys.prefix, tag_check_interval)
         self._tag_ids: dict[Any, tuple[bytes, ...]] = {}
         self.codec = Codec(serializer, signer_from(signing_key), self.tags, compress_above)
+        if type(near_cache) is int and near_cache < 1:
+            # from_setting() reads 0 as "off", as the framework settings do;
+            # given to Stampede() itself, it is more likely a size gone wrong.
+            raise ConfigurationError(
+                f"near_cache={near_cache!r} is not a number of entries a near cache can keep (1 or "
+                "more): near_cache takes None or False (no near cache, the default: leave it out), "
+                "True (a near cache with the default bounds), a number of entries >= 1, or a "
+                "stampede.NearCache"
+            )
         #: The near cache's settings, if it has one.
         self.near = NearCache.from_setting(near_cache)
         self._decode_raw = self.codec.decode  # bound once: it is on every hit

@@ -177,7 +177,17 @@ async def async_rebuild_call(rebuild: AsyncRebuilder[T]) -> T:
 
 
 def rebuild_call(rebuild: Rebuilder[T]) -> T:
-    return rebuild()
+    value = rebuild()
+    if inspect.iscoroutine(value):  # an async function: nothing here can await it
+        value.close()  # never awaited, on purpose: no RuntimeWarning
+        inner = getattr(rebuild, "func", rebuild)  # a functools.partial's function
+        name = getattr(inner, "__qualname__", None) or repr(inner)
+        raise ConfigurationError(
+            f"the rebuild function {name} returned a coroutine (it is an async function), which the "
+            "blocking stampede.Stampede cannot await: use stampede.asyncio.Stampede for async "
+            "functions (or make it a plain def)"
+        )
+    return value
 
 
 class AsyncDetached(BaseException):

@@ -3,8 +3,11 @@ the replicas that may hold a copy of a key while its primary fails."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
+import redis
+import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.sentinel
 import redis.cluster
@@ -13,7 +16,7 @@ import redis.sentinel
 from .._exceptions import ConfigurationError
 from .nodes import node_client
 
-__all__ = ["Standbys", "check_client", "is_cluster", "sentinel_pool"]
+__all__ = ["Standbys", "check_client", "is_cluster", "sentinel_failure", "sentinel_pool"]
 
 
 #: The connection settings a Sentinel-managed master's replicas are read with.
@@ -41,15 +44,85 @@ def sentinel_pool(client: Any) -> Any:
     return pool if isinstance(pool, kinds) and pool.is_master else None
 
 
-def check_client(client: object) -> None:
+#: redis-py's client classes, asyncio and blocking.
+_ASYNCIO_CLIENTS = (redis.asyncio.Redis, redis.asyncio.cluster.RedisCluster)
+_BLOCKING_CLIENTS = (redis.Redis, redis.cluster.RedisCluster)
+
+
+def _is_asyncio(client: object) -> bool:
+    """Whether ``client`` is a ``redis.asyncio`` client: one of its classes (a
+    Sentinel's master or replica included), or, for a client that only looks
+    like one (a wrapper, a proxy), one whose ``execute_command`` is a coroutine function."""
+    if isinstance(client, _ASYNCIO_CLIENTS):
+        return True
+    if isinstance(client, _BLOCKING_CLIENTS):
+        return False
+    return inspect.iscoroutinefunction(getattr(client, "execute_command", None))
+
+
+def check_client(client: object, *, asynchronous: bool, argument: str = "client") -> None:
+    """Refuse what is not a redis-py client of the flavour of the instance
+    (``asynchronous``: ``stampede.asyncio``'s), or one that decodes responses;
+    ``argument``: how the caller named it."""
     kwargs_of = getattr(client, "get_connection_kwargs", None)
     if kwargs_of is None:
-        raise ConfigurationError(f"client must be a redis-py client, got {type(client).__name__}")
+        raise ConfigurationError(f"{argument} must be a redis-py client, got {type(client).__name__}")
+    if _is_asyncio(client) != asynchronous:
+        kind = type(client).__name__
+        if asynchronous:
+            raise ConfigurationError(
+                f"{argument} is a blocking redis-py client ({kind}), and stampede.asyncio.Stampede "
+                f"awaits its commands: use stampede.Stampede for blocking clients, or give "
+                f"stampede.asyncio.Stampede a redis.asyncio client (redis.asyncio.Redis, "
+                f"redis.asyncio.RedisCluster)"
+            )
+        raise ConfigurationError(
+            f"{argument} is a redis.asyncio client ({kind}), and stampede.Stampede blocks on its "
+            f"commands: use stampede.asyncio.Stampede for redis.asyncio clients, or give "
+            f"stampede.Stampede a blocking client (redis.Redis, redis.cluster.RedisCluster)"
+        )
     if kwargs_of().get("decode_responses"):
         raise ConfigurationError(
-            "client has decode_responses=True; stampede stores binary envelopes "
+            f"{argument} has decode_responses=True; stampede stores binary envelopes "
             "and needs a client created with decode_responses=False"
         )
+
+
+_NO_MASTER = (redis.sentinel.MasterNotFoundError, redis.asyncio.sentinel.MasterNotFoundError)
+
+
+def sentinel_failure(client: Any, exc: BaseException) -> str | None:
+    """What a failure of the Sentinels of ``client`` (a Sentinel-managed
+    master) to name its master comes to, in a line: their addresses, the
+    service, what failed and what to check. redis-py's own message embeds
+    the repr of every Sentinel client it asked, a page long. ``None`` for
+    any other failure."""
+    pool = sentinel_pool(client)
+    if pool is None or not isinstance(exc, _NO_MASTER):
+        return None
+    sentinels = list(getattr(pool.sentinel_manager, "sentinels", ()))
+    addresses = []
+    for sentinel in sentinels:
+        kwargs = getattr(getattr(sentinel, "connection_pool", None), "connection_kwargs", {})
+        addresses.append(kwargs.get("path") or f"{kwargs.get('host')}:{kwargs.get('port')}")
+    # redis-py lists the Sentinels it could not reach after " : ", each as
+    # "<client repr> - <error>"; those that answered did not know the service.
+    text = str(exc)
+    unreachable = text.partition(" : ")[2].count("> - ") if " : " in text else 0
+    if unreachable and unreachable >= len(sentinels):
+        what = "none of them could be reached"
+    elif unreachable:
+        what = (
+            f"{unreachable} of them could not be reached, and those that answered know no master "
+            "of that name that is up"
+        )
+    else:
+        what = "they answered, and none knows a master of that name that is up"
+    return (
+        f"no master for service {pool.service_name!r} from the Sentinels at {', '.join(addresses)}: "
+        f"{what}; check the Sentinel addresses (and that they run) and the service name (the "
+        "name of their `sentinel monitor` line), as in redis+sentinel://host:26379/service"
+    )
 
 
 def is_cluster(client: Any) -> bool:

@@ -1,5 +1,6 @@
-"""redis-py's errors as stampede reports them: the server's own words, and a
-connection torn down under a command told from a bug."""
+"""redis-py's errors as stampede reports them: the server's own words, a
+misconfiguration told from an outage, and a connection torn down under a
+command told from a bug."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 
 import redis.exceptions
 
-__all__ = ["lost_connection", "server_words"]
+__all__ = ["lost_connection", "misconfiguration", "server_words"]
 
 
 #: The error codes redis-py takes off the replies it turns into these classes.
@@ -31,6 +32,53 @@ def server_words(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__  # MaxConnectionsError has no words of its own
     code = next((code for kind, code in _ERROR_CODES.items() if isinstance(exc, kind)), None)
     return f"{code} {text}" if code and not text.startswith(code) else text
+
+
+_AUTH_CODES = ("WRONGPASS", "NOAUTH")
+_URL_CREDENTIALS = "the URL (redis://user:password@host:6379/0) or the client's password= (and username=)"
+
+
+def misconfiguration(exc: BaseException, *, cluster: bool, namespace: str) -> str | None:
+    """What to fix when ``exc`` says that the client is set up wrong rather
+    than that Redis fails: a password refused or missing, an ACL user
+    refused a command or key, a plain client sent to another node of a
+    Redis Cluster (MOVED, ASK: ``cluster``, whether the client is a cluster
+    client, which follows them itself). ``None`` for anything else.
+
+    Such an error is no outage: waiting does not mend it, and ``fail_open``
+    must not hide it."""
+    words = server_words(exc)
+    if isinstance(exc, redis.exceptions.AuthenticationError) or words.startswith(_AUTH_CODES):
+        if "without any password configured" in words or "no password is set" in words:
+            return (
+                "the client gives a password and the server has none: remove the password from "
+                f"{_URL_CREDENTIALS}, or give the server one (requirepass, or an ACL user)"
+            )
+        if any(sign in words for sign in ("NOAUTH", "Authentication required", "already authenticated")):
+            return f"the server needs a password and the client gives none: set it in {_URL_CREDENTIALS}"
+        return (
+            "the server refused the password: check the password (and, for an ACL user, the "
+            f"username) in {_URL_CREDENTIALS}"
+        )
+    if isinstance(exc, redis.exceptions.AuthenticationWrongNumberOfArgsError):
+        return (
+            "the server takes a password alone (it has no ACL users, before Redis 6): give no "
+            f"username in {_URL_CREDENTIALS}"
+        )
+    if isinstance(exc, redis.exceptions.NoPermissionError) or words.startswith("NOPERM"):
+        return (
+            "the ACL user lacks a permission that stampede needs: it may not run that command or "
+            "reach that key or channel. Check its rules (ACL GETUSER <user>): it needs the commands "
+            "of the ACL line in stampede's documentation (Deployment, Least privilege), and the "
+            "keys and channels of namespace "
+            f"{namespace!r} (~{namespace}:{{* &{namespace}:{{* &stampede:anchor:*)"
+        )
+    if not cluster and (isinstance(exc, redis.exceptions.AskError) or words.startswith(("MOVED ", "ASK "))):
+        return (
+            "this node is part of a Redis Cluster: use redis+cluster://host:port (or cluster=True), "
+            "or give a RedisCluster client, not one of a single server"
+        )
+    return None
 
 
 _REDIS_PY = os.path.dirname(redis.exceptions.__file__) + os.sep

@@ -362,7 +362,13 @@ class Batches:
     def _release_until_answered(self, leases: list[tuple[Keys, str]], within: float) -> None:
         give_up_at = time.monotonic() + within
         delay = 0.1
-        while not self._release(leases):
+        while True:
+            try:
+                if self._release(leases):
+                    return
+            except ConfigurationError as exc:  # Redis refuses this client: asking again will not do
+                logger.warning("could not release the leases of a batch: %s", exc)
+                return
             if time.monotonic() + delay >= give_up_at:
                 return
             sleep(delay)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Generator, Hashable, Iterable, Sequence
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis.exceptions
 
-from .._core.cached import CachedFunction, key_builder
+from .._core.cached import CachedFunction, check_decorated, key_builder
 from .._core.envelope import NOT_PLAIN, Entry
 from .._core.events import EventHook, EventKind, logger
 from .._core.flights import KeyLocks, LocalFlight, LocalFlights
@@ -35,7 +35,7 @@ from .._core.flow import (
 )
 from .._core.keys import Keys
 from .._core.near import NOT_HERE
-from .._core.options import UNSET, Options
+from .._core.options import UNSET, NoMore, Options, unknown_arguments
 from .._core.reads import LEASE_TAKEN, Lease, Paused, Read
 from .._core.serializers import Serializer
 from .._core.settings import Settings
@@ -61,11 +61,16 @@ from .runner import FlowRunner
 from .server import Server
 from .subscriber import subscriber_for
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
 __all__ = ["Stampede", "redis_client"]
 
 T = TypeVar("T")
 #: Builds a Read from a tuple without NamedTuple's Python-level __new__ (a hit's path).
 _found = tuple.__new__
+#: A call's options as given when it left them all to the instance.
+_NONE_GIVEN = (UNSET,) * 6
 
 
 class Stampede(Operations):
@@ -122,9 +127,9 @@ class Stampede(Operations):
         compress_above: int | None = 1024,
         **option_values: Any,
     ) -> None:
-        check_client(client)
-        for replica in replicas:
-            check_client(replica)
+        check_client(client, asynchronous=False)
+        for i, replica in enumerate(replicas):
+            check_client(replica, asynchronous=False, argument=f"replicas[{i}]")
         settings = Settings(
             namespace=namespace,
             options=options,
@@ -148,6 +153,7 @@ class Stampede(Operations):
         # Bound once: they are on every hit.
         self._keys = settings.keys
         self._call_options = settings.call_options
+        self._options = settings.options
         self._lookup = settings.lookup
         self._clock = settings.clock
         self._owns_client = False  # set by from_url(), whose client close() closes
@@ -270,6 +276,7 @@ class Stampede(Operations):
         background: bool = UNSET,
         beta: float | None = UNSET,
         tags: Sequence[str] = (),
+        **unknown: Unpack[NoMore],
     ) -> T:
         """Return the cached value of ``key``, rebuilding it with ``rebuild()``
         in exactly one caller when it is stale or missing.
@@ -281,7 +288,11 @@ class Stampede(Operations):
         from ``rebuild`` reach the caller unchanged. ``tags``: the groups the
         value belongs to (see :meth:`invalidate_tags`).
         """
-        options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
+        if unknown:
+            raise unknown_arguments(self.get_or_rebuild, unknown)
+        given = (ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
+        # The instance's options when none is given, without a call: a hit's path.
+        options = self._options if given == _NONE_GIVEN else self._call_options(*given)
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         tag_ids = self._settings.tag_ids(tags) if tags else ()
@@ -328,6 +339,7 @@ class Stampede(Operations):
         wait_timeout: float = UNSET,
         beta: float | None = UNSET,
         tags: Sequence[str] = (),
+        **unknown: Unpack[NoMore],
     ) -> dict[Any, Any]:
         """:meth:`get_or_rebuild` for many keys at once; returns ``{key: value}``.
 
@@ -341,6 +353,8 @@ class Stampede(Operations):
         :meth:`get_or_rebuild`. Under asyncio, ``rebuild_many`` may be a
         coroutine function.
         """
+        if unknown:
+            raise unknown_arguments(self.get_or_rebuild_many, unknown)
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
         return self._batches.get_or_rebuild_many(keys, rebuild_many, options, tag_ids)
@@ -527,6 +541,7 @@ class Stampede(Operations):
         wait_timeout: float = UNSET,
         beta: float | None = UNSET,
         tags: Sequence[str] = (),
+        **unknown: Unpack[NoMore],
     ) -> Read:
         """:meth:`get_or_rebuild` for callers that rebuild by themselves.
 
@@ -541,7 +556,10 @@ class Stampede(Operations):
         the lease is not renewed: commit within ``lease_ttl``. ``tags``: those
         the value will carry, if known now (else given to :meth:`commit`).
         """
-        options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
+        if unknown:
+            raise unknown_arguments(self.read, unknown)
+        given = (ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
+        options = self._options if given == _NONE_GIVEN else self._call_options(*given)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
         near = self._near
         if near is not None and options.beta is None:
@@ -612,6 +630,7 @@ class Stampede(Operations):
         stale_ttl: float = UNSET,
         store_if_lapsed: bool = False,
         tags: Sequence[str] | None = None,
+        **unknown: Unpack[NoMore],
     ) -> bool:
         """Store ``value`` under the lease from :meth:`read`, wake the waiters
         and free the lease; ``ttl``/``stale_ttl`` default to those of the
@@ -623,6 +642,8 @@ class Stampede(Operations):
         carries, if not given to :meth:`read`; a tag invalidated since the
         ``read`` leaves the value stored stale (or, deleted, missing).
         """
+        if unknown:
+            raise unknown_arguments(self.commit, unknown)
         rebuilt = self._settings.rebuilt_by_holder(lease, value)
         options = self._settings.settle_options(lease, ttl, stale_ttl)
         flow = lease._flow
@@ -664,6 +685,7 @@ class Stampede(Operations):
         beta: float | None = UNSET,
         key: str | Callable[..., str] | None = None,
         tags: Sequence[str] | Callable[..., Sequence[str]] = (),
+        **unknown: Unpack[NoMore],
     ) -> Callable[[Callable[..., Any]], CachedFunction[Any]]:
         """Decorate a function so its results are cached with :meth:`get_or_rebuild`.
 
@@ -674,6 +696,8 @@ class Stampede(Operations):
         ``delete(*args)``. ``tags``: the groups each result belongs to, or a
         function of the same arguments returning them.
         """
+        if unknown:
+            raise unknown_arguments(self.cached, unknown)
         overrides: dict[str, Any] = dict(
             ttl=ttl,
             stale_ttl=stale_ttl,
@@ -687,6 +711,7 @@ class Stampede(Operations):
             self._settings.tag_ids(tags)  # and bad tags
 
         def decorate(func: Callable[..., Any]) -> CachedFunction[Any]:
+            check_decorated(func, asynchronous=False)
             key_of = key_builder(func, key)
 
             @functools.wraps(func)

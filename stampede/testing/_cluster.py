@@ -17,7 +17,8 @@ class RedisCluster(ServerSet):
     each with ``replicas`` replicas, every slot assigned, all in sync.
 
     >>> with RedisCluster() as cluster:
-    ...     client = redis.cluster.RedisCluster.from_url(cluster.url)
+    ...     sf = stampede.Stampede.from_url(cluster.url)  # redis+cluster://
+    ...     client = redis.cluster.RedisCluster.from_url(cluster.node_url)  # redis-py's own
 
     ``binary`` as for :class:`RedisServer` (Valkey's serves too, with
     sharded pub/sub). ``node_timeout_ms``: how soon a failed master's
@@ -41,7 +42,16 @@ class RedisCluster(ServerSet):
 
     @property
     def url(self) -> str:
-        """A URL of one node: cluster clients find the others from it."""
+        """The ``redis+cluster://`` URL of the cluster, every node named (any
+        that answers will do), as :meth:`stampede.Stampede.from_url` and the
+        framework settings take it."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
+
+    @property
+    def node_url(self) -> str:
+        """The ``redis://`` URL of one node, for redis-py's own
+        ``RedisCluster.from_url`` (cluster clients find the others from it).
+        Not for a plain client: the other nodes' keys answer ``MOVED``."""
         return self.nodes[0].url
 
     def start(self, timeout: float = 30.0) -> RedisCluster:
