@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import re
 from dataclasses import dataclass, field
@@ -47,21 +48,104 @@ _NEAR_CACHE_KEYS = {
 #: django-redis's options for what stampede configures another way.
 _DJANGO_REDIS = {"CLIENT_CLASS", "CONNECTION_POOL_CLASS", "CONNECTION_POOL_KWARGS", "SENTINEL_KWARGS"}
 _DEFAULT_POOL = {"socket_timeout": 5.0, "socket_connect_timeout": 5.0, "health_check_interval": 30}
+#: The lower-case OPTIONS that name a class (or its dotted path), as for Django's RedisCache.
+_CLASS_OPTIONS = ("pool_class", "parser_class", "connection_class")
+#: redis-py keywords that LOCATION gives instead (or that stampede cannot use), and why.
+_NOT_POOL_OPTIONS = {
+    "host": "is given by LOCATION ('redis://host:port/db')",
+    "port": "is given by LOCATION ('redis://host:port/db')",
+    "path": "is given by LOCATION ('unix:///path/to/redis.sock')",
+    "unix_socket_path": "is given by LOCATION ('unix:///path/to/redis.sock')",
+    "ssl": "is given by LOCATION: 'rediss://' for TLS",
+    "url": "is given by LOCATION",
+    "decode_responses": (
+        "cannot be set: stampede stores binary envelopes and reads them as bytes "
+        "(decode_responses=False, redis-py's default, is what it needs)"
+    ),
+}
+#: The settings a CacheConfig holds as given (the core checks them), and what they must be.
+_COMPARED_AS_GIVEN = {
+    "NAMESPACE": "a str",
+    "TAG_CHECK_INTERVAL": "a number of seconds",
+    "COMPRESS_ABOVE": "a number of bytes, or None",
+}
+#: Where redis-py's connection options are described.
+_REDIS_PY_DOCS = "https://redis.readthedocs.io/en/stable/connections.html"
+
+
+def _keywords(cls: Any) -> set[str]:
+    """The keyword arguments ``cls`` takes by name."""
+    try:
+        parameters = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):  # a builtin's, or no signature
+        return set()
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {parameter.name for parameter in parameters if parameter.kind in keyword} - {"self"}
 
 
 def _pool_option_names() -> frozenset[str]:
-    names: set[str] = {"max_connections", "pool_class", "parser_class", "connection_class"}
+    names: set[str] = {"max_connections", *_CLASS_OPTIONS}
     for cls in (
         redis.connection.AbstractConnection,
         redis.connection.Connection,
         redis.connection.SSLConnection,
         redis.connection.UnixDomainSocketConnection,
     ):
-        names.update(inspect.signature(cls.__init__).parameters)
-    return frozenset(names - {"self", "kwargs", "args", "host", "port", "path", "decode_responses"})
+        names.update(_keywords(cls))
+    return frozenset(names - _NOT_POOL_OPTIONS.keys())
 
 
 _POOL_OPTIONS = _pool_option_names()
+
+
+def _pool_options_with(classes: dict[str, Any]) -> frozenset[str]:
+    """The lower-case OPTIONS taken with these pool and connection classes:
+    redis-py's, and the classes' own (``timeout`` of a ``BlockingConnectionPool``)."""
+    names = set(_POOL_OPTIONS)
+    for name in ("pool_class", "connection_class"):
+        if isinstance(classes.get(name), type):
+            names.update(_keywords(classes[name]))
+    return frozenset(names - _NOT_POOL_OPTIONS.keys())
+
+
+def _unknown_option(name: Any, pool_options: frozenset[str]) -> ImproperlyConfigured:
+    """The error for an OPTIONS key neither stampede nor redis-py takes: what
+    it may have been meant as, and where the known ones are described."""
+    where = f"OPTIONS[{name!r}]"
+    if not isinstance(name, str):
+        return _bad(where, "is not a known option: OPTIONS keys are strings")
+    upper, lower = name.upper(), name.lower()
+    if upper in _STAMPEDE_OPTIONS or upper in _OTHER_OPTIONS:
+        return _bad(
+            where,
+            f"is stampede's {upper}, and stampede's options go in capitals: write OPTIONS[{upper!r}] "
+            "(lower case is for redis-py's connection options)",
+        )
+    if lower in pool_options:
+        return _bad(
+            where,
+            f"is redis-py's {lower}, and redis-py's connection options go in lower case: "
+            f"write OPTIONS[{lower!r}] (capitals are for stampede's options)",
+        )
+    if lower in _NOT_POOL_OPTIONS:
+        return _bad(where, _NOT_POOL_OPTIONS[lower])
+    if name in ("TTL", "ttl", "TIMEOUT"):  # not "timeout": a BlockingConnectionPool's option
+        return _bad(
+            where,
+            "is not an option: how long values stay fresh is the cache's TIMEOUT, beside LOCATION "
+            "and OPTIONS (OPTIONS['STALE_TTL'] is how long they are served stale after that)",
+        )
+    known = {key.lower(): key for key in (*_STAMPEDE_OPTIONS, *_OTHER_OPTIONS, *pool_options)}
+    close = difflib.get_close_matches(lower, known, n=1)
+    hint = f" Did you mean OPTIONS[{known[close[0]]!r}]?" if close else ""
+    return _bad(
+        where,
+        "is not a known option: neither one of stampede's (in capitals) nor a redis-py connection "
+        f"option (in lower case).{hint} stampede's are {', '.join(sorted(_STAMPEDE_OPTIONS))}, "
+        f"{', '.join(sorted(_OTHER_OPTIONS))}, described in the docstring of "
+        "django_stampede.StampedeCache; redis-py's are the keyword arguments of its connection "
+        f"classes (db, socket_timeout, ssl_ca_certs, max_connections...), described at {_REDIS_PY_DOCS}",
+    )
 
 
 #: Pool options never shown.
@@ -241,24 +325,64 @@ def _signing_keys(raw: dict[str, Any]) -> tuple[bytes, ...] | None:
             raise _bad("OPTIONS['SIGNING_KEY']", f"is invalid: {exc}") from None
         assert signer is not None
         return signer.keys
-    secrets = [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
-    if not secrets[0]:
-        raise _bad(
-            "OPTIONS['SIGNING_KEY']",
-            "is derived from SECRET_KEY, which is empty: set SECRET_KEY, or SIGNING_KEY "
-            "(None stores values unsigned, for a Redis no one else can write to)",
+    try:
+        secret = settings.SECRET_KEY
+    except ImproperlyConfigured:  # Django's "must not be empty": answered below, in our terms
+        if not settings.configured:
+            raise
+        secret = ""
+    if not secret:
+        raise ImproperlyConfigured(
+            "django_stampede: StampedeCache signs the values it stores with a key derived from "
+            "SECRET_KEY, and SECRET_KEY is empty: set SECRET_KEY, or give the cache "
+            "OPTIONS['SIGNING_KEY']: a key of 16 bytes or more (or a list of them, the first "
+            "signing), or None to store values unsigned, for a Redis no one else can write to"
         )
+    secrets = [secret, *getattr(settings, "SECRET_KEY_FALLBACKS", ())]
     return tuple(
         salted_hmac(_SIGNING_SALT, "signing key", secret=secret, algorithm="sha256").digest()
         for secret in secrets
     )
 
 
-def _import(setting: str, path: str) -> Any:
+def _class_option(setting: str, value: Any) -> Any:
+    """``OPTIONS[setting]`` (``pool_class``...) as a class: given, or imported
+    from its dotted path; ``None``: redis-py's default."""
+    if isinstance(value, str):
+        try:
+            value = import_string(value)
+        except ImportError as exc:
+            raise _bad(f"OPTIONS[{setting!r}]", f"cannot import {value!r}: {exc}") from exc
+    if value is not None and not isinstance(value, type):
+        raise _bad(f"OPTIONS[{setting!r}]", f"must be a class or its dotted path, got {value!r}")
+    return value
+
+
+def _unexpected_keyword(exc: TypeError) -> str | None:
+    """The keyword a ``TypeError`` says a function did not expect, if it says so."""
+    found = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+    return found.group(1) if found else None
+
+
+def _check_connection(client: Any, url: str) -> None:
+    """Build (not connect) a connection of ``client``'s pool: redis-py keeps the
+    options a pool is given and tries them only at the first command, where
+    one its connection class does not take would be a bare ``TypeError``."""
+    pool = getattr(client, "connection_pool", None)  # a cluster client has one per node
+    if pool is None:
+        return
     try:
-        return import_string(path)
-    except ImportError as exc:
-        raise _bad(f"OPTIONS[{setting!r}]", f"cannot import {path!r}: {exc}") from exc
+        pool.connection_class(**pool.connection_kwargs)
+    except TypeError as exc:
+        name = _unexpected_keyword(exc)
+        if name is None:
+            raise _bad("OPTIONS", f"are invalid for LOCATION {_shown(url)}: {exc}") from exc
+        tls = name.startswith("ssl_") and not url.startswith(("rediss://", "rediss+"))
+        raise _bad(
+            f"OPTIONS[{name!r}]",
+            f"is not taken by {pool.connection_class.__name__}, the connection class for LOCATION "
+            f"{_shown(url)}" + ("; ssl_* options configure TLS: use a rediss:// LOCATION" if tls else ""),
+        ) from None
 
 
 def options_of(params: dict[str, Any]) -> dict[str, Any]:
@@ -312,10 +436,13 @@ class CacheConfig:
         raw = options_of(params)
         core: dict[str, Any] = {}
         pool: dict[str, Any] = dict(_DEFAULT_POOL)
+        # The classes first: they take options of their own.
+        pool.update((name, _class_option(name, raw[name])) for name in _CLASS_OPTIONS if name in raw)
+        pool_options = _pool_options_with(pool)
         for name, value in raw.items():
             if name in _STAMPEDE_OPTIONS:
                 core[_STAMPEDE_OPTIONS[name]] = value
-            elif name in _OTHER_OPTIONS:
+            elif name in _OTHER_OPTIONS or name in _CLASS_OPTIONS:
                 continue
             elif name == "serializer":
                 raise _bad(
@@ -323,7 +450,7 @@ class CacheConfig:
                     "is not supported: stampede stores envelopes; set "
                     "OPTIONS['SERIALIZER'] to 'pickle', 'json' or a stampede serializer",
                 )
-            elif name in _POOL_OPTIONS:
+            elif name in pool_options:
                 pool[name] = value
             elif name in _DJANGO_REDIS:
                 raise _bad(
@@ -334,19 +461,18 @@ class CacheConfig:
                     "LOCATION 'redis+cluster://host:port', and pool options go in lower case",
                 )
             else:
-                known = sorted(_STAMPEDE_OPTIONS) + sorted(_OTHER_OPTIONS)
-                raise _bad(
-                    f"OPTIONS[{name!r}]",
-                    f"is not a known option; stampede's are {', '.join(known)}, "
-                    "and redis-py connection options go in lower case",
-                )
-        for name in ("pool_class", "parser_class", "connection_class"):
-            if isinstance(pool.get(name), str):
-                pool[name] = _import(name, pool[name])
+                raise _unknown_option(name, pool_options)
         try:
             options = stampede.Options.from_mapping(core)
         except stampede.ConfigurationError as exc:
             raise improperly_configured(exc) from exc
+        for name, expected in _COMPARED_AS_GIVEN.items():
+            try:
+                hash(raw.get(name))
+            except TypeError:  # would be a bare "unhashable type" from the registry of cores
+                raise _bad(
+                    f"OPTIONS[{name!r}]", f"is invalid: it must be {expected}, got {raw[name]!r}"
+                ) from None
         namespace = raw.get("NAMESPACE", "django")
         try:
             # A callable, its dotted path, or a list of them, called in turn;
@@ -374,31 +500,37 @@ class CacheConfig:
     def sync_client(self, url: str) -> Any:
         options = dict(self.pool_options)
         if _SPECIAL.match(url):
-            return stampede.redis_client(url, **self._special_options(options))
+            client = stampede.redis_client(url, **self._special_options(options))
+            _check_connection(client, url)
+            return client
         pool_class = options.pop("pool_class", None) or redis.ConnectionPool
-        return redis.Redis(connection_pool=pool_class.from_url(url, **options))
+        client = redis.Redis(connection_pool=pool_class.from_url(url, **options))
+        _check_connection(client, url)
+        return client
 
     def async_client(self, url: str) -> Any:
         options = dict(self.pool_options)
         if _SPECIAL.match(url):
-            return stampede.asyncio.redis_client(url, **self._special_options(options))
+            client = stampede.asyncio.redis_client(url, **self._special_options(options))
+            _check_connection(client, url)
+            return client
         # The classes are named for the sync methods: their asyncio twins serve
         # the async ones (a BlockingConnectionPool stays blocking-when-full).
-        for name in ("pool_class", "connection_class", "parser_class"):
+        for name in _CLASS_OPTIONS:
             if options.get(name) is not None:
                 options[name] = _asyncio_twin(name, options[name])
         pool_class = options.pop("pool_class", None) or redis.asyncio.ConnectionPool
-        return redis.asyncio.Redis(connection_pool=pool_class.from_url(url, **options))
+        client = redis.asyncio.Redis(connection_pool=pool_class.from_url(url, **options))
+        _check_connection(client, url)
+        return client
 
     @staticmethod
     def _special_options(options: dict[str, Any]) -> dict[str, Any]:
         """A cluster's or a Sentinel's clients make their own pools."""
-        for name in ("pool_class", "connection_class", "parser_class"):
+        for name in _CLASS_OPTIONS:
             if options.get(name) is not None:
-                raise _bad(f"OPTIONS[{name.upper()!r}]", "cannot be used with a cluster or Sentinel LOCATION")
-        return {
-            k: v for k, v in options.items() if k not in ("pool_class", "connection_class", "parser_class")
-        }
+                raise _bad(f"OPTIONS[{name!r}]", "cannot be used with a cluster or Sentinel LOCATION")
+        return {k: v for k, v in options.items() if k not in _CLASS_OPTIONS}
 
     def core_kwargs(self) -> dict[str, Any]:
         return {

@@ -20,6 +20,7 @@ for a generator.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
@@ -30,7 +31,7 @@ from typing import Any, TypeAlias, TypeVar
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
 from django.core.signals import request_finished, request_started
 
-from stampede import Entry, Lease, Read, SerializationError, Stampede
+from stampede import ConfigurationError, Entry, Lease, Read, SerializationError, Stampede
 from stampede.asyncio import Stampede as AsyncStampede
 
 from . import _leases as leases
@@ -71,9 +72,45 @@ def _computed(function: Callable[..., Any], *args: Any) -> Callable[[Any], Any]:
 
 class StampedeCache(BaseCache):
     """Django's cache API on Redis, with stampede protection in ``get``,
-    ``get_or_set`` and their async twins. ``OPTIONS`` take stampede's
-    settings in capitals (``STALE_TTL``, ``LEASE_TTL``, ``WAIT_TIMEOUT``...)
-    and redis-py connection options in lower case."""
+    ``get_or_set`` and their async twins.
+
+    ``LOCATION``: a Redis URL (``redis://``, ``rediss://``, ``unix://``,
+    ``redis+cluster://``, ``redis+sentinel://``), or several: a primary and
+    its replicas. ``TIMEOUT``: how long values stay fresh, as for any Django
+    cache.
+
+    ``OPTIONS`` in capitals are stampede's: ``STALE_TTL``, ``LEASE_TTL``,
+    ``MAX_LEASE_TIME``, ``WAIT_TIMEOUT``, ``ON_WAIT_TIMEOUT``, ``BACKGROUND``,
+    ``BETA``, ``FAIL_OPEN`` and ``MAX_VALUE_SIZE`` (those of
+    :class:`stampede.Options`), ``NAMESPACE`` (default ``"django"``),
+    ``SERIALIZER`` (``"pickle"``, the default, ``"json"``, ``"json+zlib"``...,
+    a dotted path or a serializer), ``SIGNING_KEY`` (below), ``ON_EVENT``,
+    ``NEAR_CACHE``, ``SENTINELS`` (with a ``redis://<service>/<db>``
+    LOCATION, as django-redis), ``TAG_CHECK_INTERVAL`` and ``COMPRESS_ABOVE``.
+    In lower case they are redis-py's connection options, as for Django's
+    ``RedisCache``: the keyword arguments of its connection classes (``db``,
+    ``socket_timeout``, ``ssl_ca_certs``..., described at
+    https://redis.readthedocs.io/en/stable/connections.html),
+    ``max_connections``, ``pool_class``, ``parser_class`` and
+    ``connection_class`` (classes or dotted paths), and the keyword arguments
+    of the pool and connection classes named (``timeout`` of a
+    ``BlockingConnectionPool``). An unknown key (with the known one it is
+    closest to), a key in the wrong case, an option the LOCATION's connections
+    do not take, or an invalid value raises ``ImproperlyConfigured`` naming
+    ``OPTIONS[key]`` as written.
+
+    Values are signed, so that one someone else wrote to the Redis is a miss,
+    never deserialized. ``SIGNING_KEY`` absent: with keys derived from
+    ``SECRET_KEY`` (then ``SECRET_KEY_FALLBACKS``), and an empty
+    ``SECRET_KEY`` is ``ImproperlyConfigured`` when the cache is made (at its
+    first use through ``django.core.cache.caches``); a key (``str`` or
+    ``bytes``, 16 bytes or more) or a list of them (the first signs, any
+    verifies): those; ``None`` (or ``False``): values are stored unsigned,
+    for a Redis no one else can write to.
+
+    :attr:`stampede` is the blocking core behind the cache; :attr:`astampede`
+    the asyncio one, for async code only.
+    """
 
     def __init__(self, server: Any, params: dict[str, Any]) -> None:
         options_of(params)  # BaseCache reads OPTIONS too, and would fail obscurely
@@ -102,7 +139,7 @@ class StampedeCache(BaseCache):
         """Run ``plan`` against the asyncio core of the running loop and return its result."""
         try:
             call = next(plan)
-            core = self.astampede  # looked up at the plan's first call: some make none
+            core = async_core(self._config)  # looked up at the plan's first call: some make none
             while True:
                 try:
                     reply = call(core)
@@ -124,7 +161,19 @@ class StampedeCache(BaseCache):
 
     @property
     def astampede(self) -> AsyncStampede:
-        """The :class:`AsyncStampede` behind this cache, on the running loop."""
+        """The :class:`AsyncStampede` behind this cache on the running event
+        loop (one per loop: ``redis.asyncio`` connections belong to one), for
+        async views and other code running on a loop. Outside of one it
+        raises :class:`stampede.ConfigurationError`: sync code uses
+        :attr:`stampede`."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            raise ConfigurationError(
+                "django_stampede: cache.astampede is the asyncio core, for async views and other "
+                "code running on an event loop (await cache.astampede.get_or_rebuild(...)), and no "
+                "event loop runs here: in sync code use cache.stampede, the blocking core"
+            ) from None
         return async_core(self._config)
 
     def get_backend_timeout(self, timeout: Any = DEFAULT_TIMEOUT) -> int | None:
@@ -171,7 +220,7 @@ class StampedeCache(BaseCache):
         made = self.make_and_validate_key(key, version=version)
         if self._reads_own(key, made):
             return await self._arun(self._get_own(key, made, default))
-        return self._after_read(made, await self.astampede.read(made), default)
+        return self._after_read(made, await async_core(self._config).read(made), default)
 
     def _reads_own(self, key: Any, made: str) -> bool:
         # Our own rebuild (never wait for ourselves), or a header list:

@@ -5,11 +5,13 @@ single flight unchanged: Flask-Caching calls ``get`` and, on a miss, ``set``;
 here one request's ``get`` misses and takes the lease while the others get
 the stale value (or wait for the set), and that request's ``set`` commits.
 Leases belong to the app context (the request) and are settled when it ends.
-Flask-Caching's timeouts: ``None`` is the default, ``0`` forever.
+Flask-Caching's timeouts: ``None`` is the default, ``0`` forever. The settings
+it takes are listed in :class:`StampedeCache`'s docstring.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import pickle
 import re
@@ -25,10 +27,11 @@ from flask_caching.backends.base import BaseCache
 
 import stampede
 
-from ._config import build_serializer, event_hook, near_cache, signing_keys
+from ._config import build_serializer, event_hook, near_cache, redis_client, redis_options, signing_keys
 
 __all__ = ["StampedeCache"]
 
+#: stampede's options that apply to a cache Flask-Caching drives by get and set.
 _CORE_OPTIONS = {
     "stale_ttl",
     "lease_ttl",
@@ -37,10 +40,24 @@ _CORE_OPTIONS = {
     "on_wait_timeout",
     "beta",
     "fail_open",
+    "max_value_size",
 }
 _OWN_OPTIONS = {
     *("namespace", "serializer", "signing_key", "redis_options", "on_event", "near_cache"),
     *("tag_check_interval", "compress_above"),
+}
+#: stampede's options that do not: why, and what to use instead.
+_NOT_HERE = {
+    "ttl": (
+        "does not apply to the Flask-Caching backend: Flask-Caching gives the timeouts "
+        "(CACHE_DEFAULT_TIMEOUT, and the timeout of cached, memoize and set)"
+    ),
+    "background": (
+        "does not apply to the Flask-Caching backend: Flask-Caching computes a value in the "
+        "request whose get() missed and then calls set(), so stampede has no function to run in "
+        "the background (the other requests are served the stale value meanwhile all the same); "
+        "flask_stampede.Stampede's cached and memoize take background=True"
+    ),
 }
 _HELD = "_flask_stampede_leases"
 
@@ -59,11 +76,11 @@ def _as_cachelib() -> Iterator[None]:
 _SCHEMES = re.compile(r"^(rediss?(\+cluster|\+sentinel)?|unix)://")
 
 
-def _url(config: dict[str, Any]) -> tuple[str, int | None]:
+def _url(config: dict[str, Any]) -> tuple[str, int | None, str]:
     """The Redis URL Flask-Caching's settings name, as its ``RedisCache``,
-    ``RedisSentinelCache`` and ``RedisClusterCache`` read them, and the database
+    ``RedisSentinelCache`` and ``RedisClusterCache`` read them, the database
     ``CACHE_REDIS_DB`` names (``None``: the URL's own), which, as in Flask-Caching,
-    a database in the URL's path overrides.
+    a database in the URL's path overrides, and the setting the URL comes from.
 
     ``CACHE_REDIS_CLUSTER`` (``"host:port,host:port"``: the startup nodes, any
     of which that answers is asked for the others), else
@@ -86,7 +103,7 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None]:
         if db:
             raise _bad("CACHE_REDIS_DB", "a Redis Cluster has only database 0")
         nodes = ",".join(node.strip() for node in cluster.split(","))
-        return f"redis+cluster://{auth}{nodes}", None
+        return f"redis+cluster://{auth}{nodes}", None, "CACHE_REDIS_CLUSTER"
     sentinels = config.get("CACHE_REDIS_SENTINELS")
     if sentinels:
         try:
@@ -96,7 +113,9 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None]:
                 "CACHE_REDIS_SENTINELS", f"must be a list of (host, port), got {sentinels!r}"
             ) from None
         service = config.get("CACHE_REDIS_SENTINEL_MASTER") or "mymaster"
-        return f"redis+sentinel://{auth}{hosts}/{service}/{db or 0}", None
+        if not isinstance(service, str):
+            raise _bad("CACHE_REDIS_SENTINEL_MASTER", f"must be the name of a service, got {service!r}")
+        return f"redis+sentinel://{auth}{hosts}/{service}/{db or 0}", None, "CACHE_REDIS_SENTINELS"
     url = config.get("CACHE_REDIS_URL")
     if url is None and config.get("CACHE_REDIS_HOST"):
         host, port = config["CACHE_REDIS_HOST"], config.get("CACHE_REDIS_PORT", 6379)
@@ -104,13 +123,22 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None]:
             raise _bad(
                 "CACHE_REDIS_HOST", f"and CACHE_REDIS_PORT must be a str and an int, got {host!r}, {port!r}"
             )
-        return f"redis://{auth}{host}:{port}/{db or 0}", None
+        return f"redis://{auth}{host}:{port}/{db or 0}", None, "CACHE_REDIS_HOST"
+    setting = "CACHE_REDIS_URL"
     if url is None:
+        setting = next(
+            (
+                f"the {name} environment variable"
+                for name in ("STAMPEDE_REDIS_URL", "REDIS_URL")
+                if os.environ.get(name)
+            ),
+            setting,
+        )
         url = os.environ.get("STAMPEDE_REDIS_URL") or os.environ.get("REDIS_URL")
     if not isinstance(url, str) or not _SCHEMES.match(url):
         shown = stampede.redact_url(url) if isinstance(url, str) else url
-        raise _bad("CACHE_REDIS_URL", f"must be a Redis URL, got {shown!r}")
-    return url, db
+        raise _bad(setting, f"must be a Redis URL, got {shown!r}")
+    return url, db, setting
 
 
 def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
@@ -145,7 +173,30 @@ class _Cachelib:
 
 
 class StampedeCache(BaseCache):
-    """Flask-Caching's cache API on stampede."""
+    """Flask-Caching's cache API on stampede.
+
+    Settings: Flask-Caching's Redis ones (see :func:`_url`),
+    ``CACHE_DEFAULT_TIMEOUT``, ``CACHE_KEY_PREFIX``, ``CACHE_SERIALIZER``, and
+    ``CACHE_OPTIONS``, which takes exactly:
+
+    - stampede's options that apply to a cache Flask-Caching drives by
+      ``get`` and ``set``, in lower case: ``stale_ttl``, ``lease_ttl``,
+      ``max_lease_time``, ``wait_timeout``, ``on_wait_timeout``, ``beta``,
+      ``fail_open``, ``max_value_size``;
+    - ``namespace`` (default ``"flask-caching"``), ``serializer`` (default
+      ``"pickle"``; ``CACHE_SERIALIZER``, a cachelib serializer, wins),
+      ``signing_key`` (as the extension's ``STAMPEDE_SIGNING_KEY``: absent,
+      keys derived from the app's ``SECRET_KEY``; ``None`` or ``False``,
+      unsigned), ``redis_options`` (redis-py's connection keyword arguments,
+      as ``STAMPEDE_REDIS_OPTIONS``), ``on_event`` (a callable, its dotted
+      path, or a list of them), ``near_cache`` (as ``STAMPEDE_NEAR_CACHE``),
+      ``tag_check_interval`` and ``compress_above``.
+
+    ``ttl`` and ``background`` are refused, saying why: Flask-Caching gives
+    the timeouts, and computes values itself between ``get`` and ``set``, so
+    there is nothing to refresh in the background. Any other key is refused
+    with the known one closest to it.
+    """
 
     def __init__(
         self,
@@ -184,39 +235,45 @@ class StampedeCache(BaseCache):
     def factory(
         cls, app: Flask, config: dict[str, Any], args: list[Any], kwargs: dict[str, Any]
     ) -> StampedeCache:
-        """Built by Flask-Caching from its Redis settings (see :func:`_url`),
-        ``CACHE_KEY_PREFIX`` and ``CACHE_OPTIONS``, which takes stampede's options
-        in lower case (``stale_ttl``, ``lease_ttl``...) plus ``namespace``,
-        ``serializer``, ``signing_key``, ``redis_options``, ``on_event`` (a
-        callable, its dotted path, or a list of them) and ``near_cache`` (as
-        ``STAMPEDE_NEAR_CACHE``)."""
+        """Built by Flask-Caching from its settings (see the class docstring)."""
         options = dict(kwargs)
         default_timeout = options.pop("default_timeout", 300)
         ignore_errors = options.pop("ignore_delete_many_errors", False)
-        unknown = sorted(set(options) - _CORE_OPTIONS - _OWN_OPTIONS)
-        if unknown:
-            raise stampede.ConfigurationError(
-                f"flask_stampede: CACHE_OPTIONS[{unknown[0]!r}] is not a known option; the known ones are "
-                + ", ".join(sorted(_CORE_OPTIONS | _OWN_OPTIONS))
-            )
-        url, db = _url(config)
-        redis_options = {
+        known = sorted(_CORE_OPTIONS | _OWN_OPTIONS)
+        for name in sorted(options, key=repr):
+            where = f"CACHE_OPTIONS[{name!r}]"
+            if name in _NOT_HERE:
+                raise _bad(where, _NOT_HERE[name])
+            if name not in _CORE_OPTIONS and name not in _OWN_OPTIONS:
+                close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
+                raise _bad(
+                    where,
+                    "is not a known option."
+                    + (f" Did you mean {close[0]!r}?" if close else "")
+                    + f" The known ones are {', '.join(known)}",
+                )
+        url, db, url_setting = _url(config)
+        redis_setting = "CACHE_OPTIONS['redis_options']"
+        checked = redis_options(
+            options.pop("redis_options", {}),
+            redis_setting,
+            url_setting,
+            {name: f"CACHE_OPTIONS[{name!r}]" for name in known if name != "redis_options"},
+        )
+        pool_options = {
             "socket_timeout": 5.0,
             "socket_connect_timeout": 5.0,
             **({} if db is None else {"db": db}),
-            **options.pop("redis_options", {}),
+            **checked,
         }
         serializer = build_serializer(options.pop("serializer", "pickle"), "CACHE_OPTIONS['serializer']")
-        if "signing_key" in options:
-            keys = signing_keys(options, "signing_key")
-            options.pop("signing_key")
-        else:
-            keys = signing_keys(app.config)
+        keys = signing_keys(app.config, options, "signing_key", "CACHE_OPTIONS['signing_key']")
+        options.pop("signing_key", None)
         on_event = event_hook(options.pop("on_event", None), "CACHE_OPTIONS['on_event']")
         near = near_cache(options.pop("near_cache", None), "CACHE_OPTIONS['near_cache']")
         if near is not None and url.startswith(("redis+cluster://", "rediss+cluster://")):
             raise _bad("CACHE_OPTIONS['near_cache']", "cannot be used with a Redis Cluster yet")
-        client = stampede.redis_client(url, **redis_options)
+        client = redis_client(url, pool_options, redis_setting, url_setting)
         namespace = options.pop("namespace", "flask-caching")
 
         def made(serializer: stampede.Serializer) -> stampede.Stampede:
@@ -233,10 +290,16 @@ class StampedeCache(BaseCache):
         try:
             core = made(serializer)
         except stampede.ConfigurationError as exc:
+            # The core names its argument first ("client has decode_responses...").
             named = next(
                 (
-                    f"[{name!r}]"
-                    for name in (*options, "namespace", "near_cache")
+                    f"[{setting!r}]"
+                    for name, setting in (
+                        *((name, name) for name in options),
+                        ("namespace", "namespace"),
+                        ("near_cache", "near_cache"),
+                        ("client", "redis_options"),
+                    )
                     if str(exc).startswith(name + " ")
                 ),
                 "",

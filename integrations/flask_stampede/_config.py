@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import inspect
 import logging
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import itsdangerous
+import redis
+import redis.cluster
+import redis.connection
 
 import stampede
+import stampede.asyncio
 
-__all__ = ["Settings", "build_serializer", "event_hook", "near_cache", "signing_keys"]
+__all__ = [
+    "Settings",
+    "build_serializer",
+    "event_hook",
+    "near_cache",
+    "redis_client",
+    "redis_options",
+    "signing_keys",
+]
 
 logger = logging.getLogger("flask_stampede")
 
@@ -47,6 +62,124 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
 
 def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
     return stampede.ConfigurationError(f"flask_stampede: {setting} {problem}")
+
+
+def _close_match(name: str, known: list[str]) -> str:
+    """`` Did you mean 'x'?`` for the known name closest to ``name``, if any is close."""
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" Did you mean {close[0]!r}?" if close else ""
+
+
+# --- redis-py's connection options -------------------------------------------------
+
+#: Where redis-py's connection options are described.
+_REDIS_PY_DOCS = "https://redis.readthedocs.io/en/stable/connections.html"
+#: redis-py keywords that the URL gives instead (or that stampede cannot use), and why.
+_NOT_REDIS_OPTIONS = {
+    "host": "is given by {url}",
+    "port": "is given by {url}",
+    "path": "is given by {url} (unix:///path/to/redis.sock)",
+    "unix_socket_path": "is given by {url} (unix:///path/to/redis.sock)",
+    "ssl": "is given by {url}: rediss:// for TLS",
+    "url": "is given by {url}",
+    "connection_pool": "cannot be given: the pool is made from {url}",
+    "startup_nodes": "is given by {url} (redis+cluster://host:port,host:port)",
+}
+
+
+def _redis_option_names() -> frozenset[str]:
+    """The keyword arguments that redis-py's clients, pools and connections
+    take by name: those ``stampede.redis_client`` may be given."""
+    names: set[str] = set()
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    for cls in (
+        redis.Redis,
+        redis.cluster.RedisCluster,
+        redis.ConnectionPool,
+        redis.connection.AbstractConnection,
+        redis.connection.Connection,
+        redis.connection.SSLConnection,
+        redis.connection.UnixDomainSocketConnection,
+    ):
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        names.update(parameter.name for parameter in parameters if parameter.kind in keyword)
+    names.update(redis.cluster.REDIS_ALLOWED_KEYS)
+    return frozenset(names - {"self"} - _NOT_REDIS_OPTIONS.keys())
+
+
+_REDIS_OPTIONS = _redis_option_names()
+
+
+def redis_options(value: Any, setting: str, url_setting: str, elsewhere: Mapping[str, str]) -> dict[str, Any]:
+    """``value``, the redis-py options of the dict ``setting``, checked: each
+    key one that redis-py takes, or an error naming ``setting[key]``, the
+    known option closest to it, and what the dict is for. ``elsewhere``: the
+    settings that take stampede's options, by option (``stale_ttl``...)."""
+    if not isinstance(value, dict):
+        raise _bad(setting, f"must be a dict of redis-py connection keyword arguments, got {value!r}")
+    for name in value:
+        where = f"{setting}[{name!r}]"
+        if not isinstance(name, str):
+            raise _bad(where, "is not a known option: its keys are keyword argument names")
+        if name in _REDIS_OPTIONS:
+            continue
+        if name in _NOT_REDIS_OPTIONS:
+            raise _bad(where, _NOT_REDIS_OPTIONS[name].format(url=url_setting))
+        if name in elsewhere:
+            raise _bad(where, f"is one of stampede's options, not redis-py's: set {elsewhere[name]}")
+        raise _bad(
+            where,
+            "is not a known option."
+            + _close_match(name, sorted(_REDIS_OPTIONS))
+            + f" {setting} holds redis-py's connection keyword arguments (socket_timeout, "
+            f"ssl_ca_certs, max_connections, retry...: see {_REDIS_PY_DOCS})",
+        )
+    return value
+
+
+def _unexpected_keyword(exc: TypeError) -> str | None:
+    """The keyword a ``TypeError`` says a function did not expect, if it says so."""
+    found = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
+    return found.group(1) if found else None
+
+
+def redis_client(
+    url: str, options: dict[str, Any], setting: str, url_setting: str, *, asynchronous: bool = False
+) -> Any:
+    """The redis-py client (blocking, or ``asynchronous``) for ``url`` with
+    ``options`` (checked by :func:`redis_options`), or an error naming the
+    setting at fault: ``url_setting`` (the URL) or ``setting[key]`` (an
+    option the URL's connections do not take). Connects lazily."""
+    make = stampede.asyncio.redis_client if asynchronous else stampede.redis_client
+    shown = repr(stampede.redact_url(url))
+    pool = None
+    try:
+        client = make(url, **options)
+        pool = getattr(client, "connection_pool", None)  # a cluster client has one per node
+        if pool is not None:
+            # Built, not connected: redis-py keeps a pool's options and tries
+            # them on a connection only at the first command.
+            pool.connection_class(**pool.connection_kwargs)
+    except stampede.ConfigurationError as exc:
+        raise _bad(url_setting, f"is invalid: {exc}") from exc
+    except TypeError as exc:
+        name = _unexpected_keyword(exc)
+        if name is None:
+            raise _bad(setting, f"is invalid: {exc}") from exc
+        tls = name.startswith("ssl_") and not url.startswith(("rediss://", "rediss+"))
+        raise _bad(
+            f"{setting}[{name!r}]",
+            (
+                f"is not taken by {pool.connection_class.__name__}, the connection class for "
+                if pool is not None
+                else "is not taken by the redis-py client for "
+            )
+            + f"{url_setting} {shown}"
+            + ("; ssl_* options configure TLS: use a rediss:// URL" if tls else ""),
+        ) from None
+    except ValueError as exc:
+        raise _bad(setting, f"is invalid: {exc}") from exc
+    return client
 
 
 def build_serializer(setting: Any, name: str = "STAMPEDE_SERIALIZER") -> stampede.Serializer:
@@ -94,28 +227,39 @@ def near_cache(setting: Any, name: str = "STAMPEDE_NEAR_CACHE") -> stampede.Near
 _SIGNING_SALT = "flask_stampede.values"
 
 
-def signing_keys(config: Any, setting: str = "STAMPEDE_SIGNING_KEY") -> tuple[bytes, ...] | None:
-    """The keys values are signed with: the ``setting`` as given (``None`` or
-    ``False``: unsigned), else derived from the app's ``SECRET_KEY`` (and
-    ``SECRET_KEY_FALLBACKS``) by itsdangerous's HMAC key derivation, as Flask's
-    session cookies are, else ``None`` with a warning."""
-    if setting in config:
-        given = config[setting]
+def signing_keys(
+    app_config: Mapping[str, Any], given_in: Mapping[str, Any], key: str, name: str
+) -> tuple[bytes, ...] | None:
+    """The keys values are signed with, as ``given_in[key]`` (the setting
+    ``name``) says, the same for the extension and the Flask-Caching backend:
+
+    - absent: keys derived from the app's ``SECRET_KEY`` (then
+      ``SECRET_KEY_FALLBACKS``) by itsdangerous's HMAC key derivation, as
+      Flask's session cookies are; an app without a ``SECRET_KEY`` stores
+      values unsigned, with a warning;
+    - ``None`` or ``False``: values are stored unsigned, SECRET_KEY or not,
+      without a warning, as with Django's ``OPTIONS["SIGNING_KEY"] = None``:
+      for a Redis no one else can write to;
+    - a key (``bytes`` or ``str``, 16 bytes or more), or a list of them (the
+      first signs, any verifies): those.
+    """
+    if key in given_in:
+        given = given_in[key]
         if given is None or given is False:
             return None
         try:
-            signer = stampede.signer_from(given, setting)
+            signer = stampede.signer_from(given, name)
         except stampede.ConfigurationError as exc:
-            raise _bad(setting, f"is invalid: {exc}") from None
+            raise _bad(name, f"is invalid: {exc}") from None
         assert signer is not None
         return signer.keys
-    secrets = [config.get("SECRET_KEY"), *(config.get("SECRET_KEY_FALLBACKS") or ())]
+    secrets = [app_config.get("SECRET_KEY"), *(app_config.get("SECRET_KEY_FALLBACKS") or ())]
     if not secrets[0]:
         logger.warning(
             "flask_stampede: cached values are not signed, as the app has no SECRET_KEY: anyone who "
             "can write to the Redis can plant values this app deserializes (set SECRET_KEY or "
-            "%s; set it to False to silence this on a Redis no one else can write to)",
-            setting,
+            "%s; set it to None or False to silence this on a Redis no one else can write to)",
+            name,
         )
         return None
     return tuple(
@@ -169,11 +313,18 @@ class Settings:
     @classmethod
     def from_config(cls, config: Any) -> Settings:
         unknown = sorted(
-            key for key in config if key.startswith("STAMPEDE_") and key not in _CORE and key not in _OWN
+            key
+            for key in config
+            if isinstance(key, str) and key.startswith("STAMPEDE_") and key not in _CORE and key not in _OWN
         )
         if unknown:
-            known = ", ".join(sorted(_CORE) + sorted(_OWN))
-            raise _bad(unknown[0], f"is not a known setting; the known ones are {known}")
+            known = sorted(_CORE) + sorted(_OWN)
+            raise _bad(
+                unknown[0],
+                "is not a known setting."
+                + _close_match(unknown[0], known)
+                + f" The known ones are {', '.join(known)}",
+            )
         try:
             options = stampede.Options.from_mapping(
                 {field: config[key] for key, field in _CORE.items() if key in config}
@@ -194,9 +345,13 @@ class Settings:
                 "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL, "
                 f"got {(stampede.redact_url(url) if isinstance(url, str) else url)!r}",
             )
-        redis_options = config.get("STAMPEDE_REDIS_OPTIONS", {})
-        if not isinstance(redis_options, dict):
-            raise _bad("STAMPEDE_REDIS_OPTIONS", f"must be a dict of redis-py options, got {redis_options!r}")
+        options_of_redis = redis_options(
+            config.get("STAMPEDE_REDIS_OPTIONS", {}),
+            "STAMPEDE_REDIS_OPTIONS",
+            "STAMPEDE_REDIS_URL",
+            {name: key for key, name in _CORE.items()}
+            | {key.removeprefix("STAMPEDE_").lower(): key for key in _OWN},
+        )
         header = config.get("STAMPEDE_CACHE_HEADER")
         if header is not None and (not isinstance(header, str) or not _TOKEN.fullmatch(header)):
             raise _bad(
@@ -210,13 +365,13 @@ class Settings:
             raise _bad("STAMPEDE_CACHE_CONTROL", f"must be True or False, got {cache_control!r}")
         return cls(
             redis_url=url,
-            redis_options={"socket_timeout": 5.0, "socket_connect_timeout": 5.0, **redis_options},
+            redis_options={"socket_timeout": 5.0, "socket_connect_timeout": 5.0, **options_of_redis},
             namespace=config.get("STAMPEDE_NAMESPACE", "flask"),
             options=options,
             serializer=build_serializer(config.get("STAMPEDE_SERIALIZER", "pickle")),
             cache_header=header,
             cache_control=cache_control,
-            signing_keys=signing_keys(config),
+            signing_keys=signing_keys(config, config, "STAMPEDE_SIGNING_KEY", "STAMPEDE_SIGNING_KEY"),
             on_event=event_hook(config.get("STAMPEDE_ON_EVENT")),
             near_cache=near,
             tag_check_interval=config.get("STAMPEDE_TAG_CHECK_INTERVAL", 0.1),

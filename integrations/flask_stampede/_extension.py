@@ -19,7 +19,7 @@ from flask import Flask, Response, copy_current_request_context, current_app, g,
 import stampede
 import stampede.asyncio
 
-from ._config import Settings
+from ._config import Settings, redis_client
 from ._responses import Snapshot, Uncacheable
 
 __all__ = ["Stampede"]
@@ -65,7 +65,13 @@ class _State:
         settings = self.settings
 
         def build() -> stampede.asyncio.Stampede:
-            client = stampede.asyncio.redis_client(settings.redis_url, **settings.redis_options)
+            client = redis_client(
+                settings.redis_url,
+                settings.redis_options,
+                "STAMPEDE_REDIS_OPTIONS",
+                "STAMPEDE_REDIS_URL",
+                asynchronous=True,
+            )
             # No near cache: Flask runs each async view or function on an event
             # loop of its own, where one would start empty and cost a
             # connection (CLIENT TRACKING) per call. Coherent all the same:
@@ -90,6 +96,34 @@ class Stampede:
 
     Keeps no app: state lives in ``app.extensions["stampede"]``, so one
     instance serves any number of apps.
+
+    Settings, read and checked at :meth:`init_app` (an unknown or invalid one
+    raises :class:`stampede.ConfigurationError` naming it, with the known
+    name closest to a misspelt one):
+
+    - ``STAMPEDE_REDIS_URL`` (else the ``STAMPEDE_REDIS_URL`` or ``REDIS_URL``
+      environment variable): ``redis://``, ``rediss://``, ``unix://``,
+      ``redis+cluster://`` or ``redis+sentinel://``.
+    - ``STAMPEDE_REDIS_OPTIONS``: a dict of redis-py's connection keyword
+      arguments (``socket_timeout``, ``ssl_ca_certs``, ``max_connections``...;
+      socket timeouts default to 5 s), checked against what redis-py takes.
+    - stampede's options: ``STAMPEDE_TTL``, ``STAMPEDE_STALE_TTL``,
+      ``STAMPEDE_LEASE_TTL``, ``STAMPEDE_MAX_LEASE_TIME``,
+      ``STAMPEDE_WAIT_TIMEOUT``, ``STAMPEDE_ON_WAIT_TIMEOUT``,
+      ``STAMPEDE_BACKGROUND``, ``STAMPEDE_BETA``, ``STAMPEDE_FAIL_OPEN``,
+      ``STAMPEDE_MAX_VALUE_SIZE`` (those of :class:`stampede.Options`);
+      ``STAMPEDE_NAMESPACE`` (default ``"flask"``), ``STAMPEDE_SERIALIZER``
+      (default ``"pickle"``), ``STAMPEDE_ON_EVENT``, ``STAMPEDE_NEAR_CACHE``,
+      ``STAMPEDE_TAG_CHECK_INTERVAL``, ``STAMPEDE_COMPRESS_ABOVE``.
+    - ``STAMPEDE_SIGNING_KEY``: absent, values are signed with keys derived
+      from the app's ``SECRET_KEY`` (then ``SECRET_KEY_FALLBACKS``), or, in an
+      app without a ``SECRET_KEY``, stored unsigned with a warning; ``None`` or
+      ``False``: stored unsigned, without a warning, as with Django's
+      ``OPTIONS["SIGNING_KEY"] = None`` (for a Redis no one else can write
+      to); a key (16 bytes or more) or a list of them: signed with those.
+    - ``STAMPEDE_CACHE_HEADER`` (a header name saying ``HIT``, ``STALE`` or
+      ``MISS``) and ``STAMPEDE_CACHE_CONTROL`` (``True``: send RFC 5861's
+      ``Cache-Control``).
     """
 
     def __init__(self, app: Flask | None = None) -> None:
@@ -100,19 +134,9 @@ class Stampede:
         """Read and check the app's ``STAMPEDE_*`` settings (errors name the
         setting) and connect; the connection pool opens lazily."""
         settings = Settings.from_config(app.config)
-        try:
-            client = stampede.redis_client(settings.redis_url, **settings.redis_options)
-            pool = getattr(client, "connection_pool", None)  # a cluster client has one per node
-            if pool is not None:
-                pool.connection_class(**pool.connection_kwargs)  # built, not connected: checks the options
-        except stampede.ConfigurationError as exc:
-            raise stampede.ConfigurationError(
-                f"flask_stampede: STAMPEDE_REDIS_URL is invalid: {exc}"
-            ) from exc
-        except (TypeError, ValueError) as exc:
-            raise stampede.ConfigurationError(
-                f"flask_stampede: STAMPEDE_REDIS_OPTIONS is invalid: {exc}"
-            ) from exc
+        client = redis_client(
+            settings.redis_url, settings.redis_options, "STAMPEDE_REDIS_OPTIONS", "STAMPEDE_REDIS_URL"
+        )
         try:
             core = stampede.Stampede(client, **settings.core_kwargs())
         except stampede.ConfigurationError as exc:
@@ -250,8 +274,12 @@ class Stampede:
 
         Keys come from the function's module, name and arguments (their
         ``repr``), or from ``key`` (a string, or a function of the same
-        arguments). ``None`` results are not stored unless ``cache_none``.
-        Async functions refresh inline: Flask cancels an async view's tasks
+        arguments). ``cache_none``: whether a ``None`` result is stored.
+        ``False``, the default (as Flask-Caching's ``memoize``): ``None`` is
+        returned but never stored, so a function that returns ``None`` runs
+        again on every call, as if not memoized (return a sentinel of your
+        own to cache "nothing found"); ``True``: ``None`` is stored and served
+        like any other result. Async functions refresh inline: Flask cancels an async view's tasks
         when it returns. The function gains ``delete(*args)`` and
         ``invalidate(*args)``; see also :meth:`delete_memoized`. ``tags``: the
         groups a result belongs to, or a function of the same arguments

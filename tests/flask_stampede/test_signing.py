@@ -88,7 +88,10 @@ def test_an_explicit_key_wins_and_keys_rotate_with_the_secret(client: redis.Redi
     [
         ({"STAMPEDE_SIGNING_KEY": "short"}, "STAMPEDE_SIGNING_KEY is invalid: .*at least 16 bytes"),
         ({"STAMPEDE_SIGNING_KEY": 7}, "STAMPEDE_SIGNING_KEY is invalid: .*bytes or str"),
-        ({"CACHE_OPTIONS": {"signing_key": b"x"}}, "signing_key is invalid: .*at least 16 bytes"),
+        (
+            {"CACHE_OPTIONS": {"signing_key": b"x"}},
+            r"CACHE_OPTIONS\['signing_key'\] is invalid: .*at least 16 bytes",
+        ),
     ],
 )
 def test_bad_signing_keys_name_the_setting(config: dict[str, Any], message: str) -> None:
