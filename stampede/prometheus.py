@@ -8,7 +8,10 @@ event). Every family is labelled by ``namespace`` (the instance's: see
 ``Stampede(namespace=...)``), never by key, whose values are unbounded:
 
 ======================================================  ==========================================
+Family                                                  What it counts
+======================================================  ==========================================
 ``stampede_requests_total{result}``                     reads of a key by what they found: ``hit``,
+                                                        ``near_hit`` (from the near cache),
                                                         ``stale_hit``, ``miss``, ``replica_hit``
 ``stampede_leases_total{outcome}``                      ``won``, ``busy`` (another caller holds
                                                         it), ``lost`` (lapsed while rebuilding)
@@ -22,6 +25,10 @@ event). Every family is labelled by ``namespace`` (the instance's: see
 ``stampede_fail_opens_total``                           rebuilds run without Redis (``fail_open``)
 ``stampede_no_waits_total``                             calls on an event loop's thread that
                                                         rebuilt alone rather than wait
+``stampede_near_invalidations_total``                   near copies dropped because their key
+                                                        changed in Redis
+``stampede_near_evictions_total``                       near copies dropped to stay within bounds
+``stampede_near_flushes_total``                         times every near copy was dropped at once
 ``stampede_rebuild_duration_seconds`` (histogram)       rebuild run time, 1 ms to 300 s buckets
 ``stampede_wait_duration_seconds`` (histogram)          time waited, 1 ms to 60 s buckets
 ======================================================  ==========================================
@@ -29,8 +36,6 @@ event). Every family is labelled by ``namespace`` (the instance's: see
 A stale read that wins the lease counts as ``leases_total{outcome="won"}``,
 not as a request: it is served the rebuild. ``_count`` of each histogram
 equals its counter (``rebuilds_total`` summed over outcomes, ``waits_total``).
-Reserved for the near cache to come: ``result="near_hit"``,
-``stampede_near_invalidations_total`` and ``stampede_near_flushes_total``.
 
 Each registry holds one set of these collectors: every :class:`Metrics` on
 the same registry shares them (so a Flask app factory may make one per app);

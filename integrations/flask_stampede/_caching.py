@@ -175,7 +175,8 @@ class _Cachelib:
 class StampedeCache(BaseCache):
     """Flask-Caching's cache API on stampede.
 
-    Settings: Flask-Caching's Redis ones (see :func:`_url`),
+    Settings: Flask-Caching's Redis ones (``CACHE_REDIS_URL``, or its
+    ``CACHE_REDIS_CLUSTER``, ``CACHE_REDIS_SENTINELS``, ``CACHE_REDIS_HOST``...),
     ``CACHE_DEFAULT_TIMEOUT``, ``CACHE_KEY_PREFIX``, ``CACHE_SERIALIZER``, and
     ``CACHE_OPTIONS``, which takes exactly:
 

@@ -91,8 +91,15 @@ class Stampede(Operations):
             least 16 bytes, or a sequence of them (signs with the first,
             accepts any: key rotation). Anything else under a key is a miss
             that is never deserialized. ``None`` (the default): unsigned.
+        near_cache: keep recently read values in this process, kept
+            coherent by Redis's client-side tracking: ``True`` (default
+            bounds), a number of entries, or a :class:`~stampede.NearCache`;
+            ``None`` or ``False`` (the default): none. Not with a Redis
+            Cluster client or ``replicas`` yet.
         on_event: called with every :class:`~stampede.Event`.
         clock: time source with ``time()`` and ``monotonic()``.
+        replicas: clients of the master's replicas (of the same flavour
+            as ``client``), read (stale if error) when the master fails.
         background_workers: how many background refreshes run at once:
             threads of a pool for the blocking flavour, tasks of the running
             loop for asyncio.
