@@ -33,14 +33,13 @@ class _SharedRead:
     makes no event.
     """
 
-    __slots__ = ("done", "error", "finished", "next", "raw")
-
-    def __init__(self) -> None:
-        self.finished = False
-        self.raw: bytes | None = None
-        self.error: BaseException | None = None
-        self.done: AsyncEvent | None = None
-        self.next: _SharedRead | None = None
+    # Class-level defaults, no __init__: a read nobody joins (most hits)
+    # costs an empty object, written only where it differs.
+    finished = False
+    raw: bytes | None = None
+    error: BaseException | None = None
+    done: AsyncEvent | None = None
+    next: _SharedRead | None = None
 
 
 class AsyncSharedReads:
@@ -125,11 +124,11 @@ class AsyncSharedReads:
         reads[name] = read
         near = self._near if store is None else store
         token = near.begin_fill(name) if near is not None else None  # before the GET is sent
-        replicas = self._server.replicas
+        server = self._server
         error: BaseException | None = None
         try:
             try:
-                read.raw = await (self._server.reader() if replicas else self._server.client).get(name)
+                raw: bytes | None = await (server.reader() if server.replicas else server.client).get(name)
             except AttributeError as exc:
                 lost = lost_connection(exc)
                 if lost is None:
@@ -141,10 +140,18 @@ class AsyncSharedReads:
         finally:
             if near is not None:
                 if error is None:
-                    near.end_fill(name, token, read.raw)
+                    near.end_fill(name, token, raw)
                 else:  # nothing was read: a failed GET is not a missing key
                     near.drop_fill(name, token)
             if reads.get(name) is read:
-                reads.pop(name, None)
-            self._finish(read, error)
-        return read.raw
+                del reads[name]
+            with self._lock:
+                if error is None:
+                    read.raw = raw
+                else:
+                    read.error = error
+                read.finished = True
+                done = read.done
+            if done is not None:
+                done.set()
+        return raw
