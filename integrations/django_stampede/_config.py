@@ -320,9 +320,9 @@ def _signing_keys(raw: dict[str, Any]) -> tuple[bytes, ...] | None:
         if given is None or given is False:
             return None
         try:
-            signer = stampede.signer_from(given, "SIGNING_KEY")
-        except stampede.ConfigurationError as exc:
-            raise _bad("OPTIONS['SIGNING_KEY']", f"is invalid: {exc}") from None
+            signer = stampede.signer_from(given, "OPTIONS['SIGNING_KEY']")
+        except stampede.ConfigurationError as exc:  # it names the setting
+            raise ImproperlyConfigured(f"django_stampede: {exc}") from None
         assert signer is not None
         return signer.keys
     try:

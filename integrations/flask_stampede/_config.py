@@ -249,8 +249,8 @@ def signing_keys(
             return None
         try:
             signer = stampede.signer_from(given, name)
-        except stampede.ConfigurationError as exc:
-            raise _bad(name, f"is invalid: {exc}") from None
+        except stampede.ConfigurationError as exc:  # it names the setting
+            raise stampede.ConfigurationError(f"flask_stampede: {exc}") from None
         assert signer is not None
         return signer.keys
     secrets = [app_config.get("SECRET_KEY"), *(app_config.get("SECRET_KEY_FALLBACKS") or ())]

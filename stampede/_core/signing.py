@@ -83,7 +83,10 @@ def _key_bytes(key: object, argument: str) -> bytes:
         )
     key = bytes(key)
     if len(key) < _MIN_KEY_BYTES:
-        raise ConfigurationError(f"{argument}: a signing key must be at least {_MIN_KEY_BYTES} bytes long")
+        raise ConfigurationError(
+            f"{argument} holds a {len(key)}-byte key: a signing key must be at least "
+            f"{_MIN_KEY_BYTES} bytes long (a guessable key signs nothing)"
+        )
     return key
 
 
