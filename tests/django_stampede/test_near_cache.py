@@ -15,6 +15,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django_stampede import StampedeCache
 
 import stampede
+from stampede.testing import RedisServer
 from tests.helpers import commands_processed, past_the_coherence_bound, wait_until
 
 URL = os.environ.get("STAMPEDE_TEST_REDIS_URL", "")
@@ -101,14 +102,18 @@ async def test_async_reads_are_served_from_the_process_too(client: redis.Redis, 
     await writer.astampede.aclose()
 
 
-def test_off_by_default(client: redis.Redis, namespace: str) -> None:
-    cache = backend(namespace)
+def test_off_by_default(server: RedisServer, namespace: str) -> None:
+    # A server of its own: the count below is every command it serves, with
+    # nothing left running by other tests on the shared one.
+    cache = backend(namespace, server.url)
     assert cache.stampede._near is None
     cache.set("k", "v", 60)
     assert cache.get("k") == "v"
-    before = commands(client)
-    assert [cache.get("k") for _ in range(5)] == ["v"] * 5
-    assert commands(client) - before == 6  # a GET each, and the INFO
+    with redis.Redis.from_url(server.url, socket_timeout=5) as client:
+        before = commands(client)
+        assert [cache.get("k") for _ in range(5)] == ["v"] * 5
+        assert commands(client) - before == 6  # a GET each, and the INFO
+    cache.stampede.close()
 
 
 @pytest.mark.parametrize(

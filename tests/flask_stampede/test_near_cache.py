@@ -14,6 +14,7 @@ from flask_caching import Cache
 from flask_stampede import Stampede
 
 import stampede
+from stampede.testing import RedisServer
 from tests.flask_stampede.app import make_app
 from tests.helpers import commands_processed, past_the_coherence_bound, wait_until
 
@@ -113,15 +114,17 @@ def test_a_cache_serializer_keeps_the_near_cache(client: redis.Redis, namespace:
         cache.clear()
 
 
-def test_off_by_default(client: redis.Redis) -> None:
-    app, ext, cache = near_app()
+def test_off_by_default(server: RedisServer) -> None:
+    # A server of its own: the count below is every command it serves, with
+    # nothing left running by other tests on the shared one.
+    app, ext, cache = near_app(STAMPEDE_REDIS_URL=server.url, CACHE_REDIS_URL=server.url)
     assert app.extensions["stampede"].core._near is None
 
     @ext.memoize(ttl=60)
     def price() -> str:
         return "built"
 
-    with app.app_context():
+    with redis.Redis.from_url(server.url, socket_timeout=5) as client, app.app_context():
         assert cache.cache.stampede._near is None
         assert price() == "built"
         cache.set("k", "v")
