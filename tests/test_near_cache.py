@@ -21,6 +21,7 @@ import redis.asyncio
 import stampede
 import stampede.asyncio
 from stampede import ConfigurationError
+from stampede.testing import RedisServer
 from tests.drivers import DRIVERS
 from tests.helpers import Rebuilds, commands_processed, due, past_the_coherence_bound, wait_until
 from tests.proxy import FaultyProxy
@@ -95,8 +96,26 @@ def test_the_run_reads_with_the_parser_it_names(redis_url: str, protocol: int) -
     assert ("Hiredis" in parser) == (wanted == "hiredis"), f"{parser} in a run for the {wanted} parser"
 
 
-def test_a_near_hit_sends_nothing_to_redis(pair: Any, client: redis.Redis) -> None:
-    reader, writer = pair
+def test_a_near_hit_sends_nothing_to_redis(
+    server: RedisServer, protocol: int, namespace: str, driver: str
+) -> None:
+    # A server of its own: the count below is every command it serves, with
+    # nothing left running by other tests on the shared one.
+    reader = DRIVERS[driver](
+        server.url, redis_options={"protocol": protocol}, namespace=namespace, near_cache=100
+    )
+    writer = DRIVERS["sync"](server.url, namespace=namespace)
+    client = redis.Redis.from_url(server.url, socket_timeout=5)
+    try:
+        _sends_nothing_on_a_near_hit(reader, writer, client)
+    finally:
+        reader.close()
+        writer.close()
+        client.close()
+
+
+def _sends_nothing_on_a_near_hit(reader: Any, writer: Any, client: redis.Redis) -> None:
+    wait_until(lambda: reader._near is not None and reader._near.live)
     writer.set("k", {"a": 1}, ttl=60)
     assert reader.get_or_rebuild("k", Rebuilds(), ttl=60) == {"a": 1}
     # asyncio: a fill is not kept when an invalidation (the set's) comes

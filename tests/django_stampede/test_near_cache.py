@@ -44,10 +44,23 @@ async def await_until(condition: Callable[[], Awaitable[bool]], timeout: float =
 
 
 def test_reads_are_served_from_the_process_until_another_process_writes(
-    client: redis.Redis, namespace: str
+    server: RedisServer, namespace: str
 ) -> None:
-    reader = backend(namespace, NEAR_CACHE=100)
-    writer = backend(namespace)  # no near cache: another core, on a client of its own
+    # A server of its own: the counts below are every command it serves, with
+    # nothing left running by other tests on the shared one.
+    reader = backend(namespace, server.url, NEAR_CACHE=100)
+    writer = backend(namespace, server.url)  # no near cache: another core, on a client of its own
+    with redis.Redis.from_url(server.url, socket_timeout=5) as client:
+        try:
+            _served_from_the_process_until_another_process_writes(reader, writer, client)
+        finally:
+            reader.stampede.close()
+            writer.stampede.close()
+
+
+def _served_from_the_process_until_another_process_writes(
+    reader: StampedeCache, writer: StampedeCache, client: redis.Redis
+) -> None:
     assert writer.stampede.client is not reader.stampede.client
     writer.set("k", {"a": 1}, 60)
     # A fill is dropped when an invalidation comes in while its GET is under
@@ -73,9 +86,11 @@ def test_reads_are_served_from_the_process_until_another_process_writes(
     assert writer.get("k") == "refreshed"
 
 
-async def test_async_reads_are_served_from_the_process_too(client: redis.Redis, namespace: str) -> None:
-    reader = backend(namespace, NEAR_CACHE={"MAX_ENTRIES": 100})
-    writer = backend(namespace)
+async def test_async_reads_are_served_from_the_process_too(server: RedisServer, namespace: str) -> None:
+    # A server of its own, as above.
+    reader = backend(namespace, server.url, NEAR_CACHE={"MAX_ENTRIES": 100})
+    writer = backend(namespace, server.url)
+    client = redis.Redis.from_url(server.url, socket_timeout=5)
     assert reader.astampede._near is not None
     assert reader.astampede._near.settings == stampede.NearCache(max_entries=100)
     await writer.aset("k", "v0", 60)
@@ -100,6 +115,9 @@ async def test_async_reads_are_served_from_the_process_too(client: redis.Redis, 
     # This test's event loop ends with it: its instances' connections go now.
     await reader.astampede.aclose()
     await writer.astampede.aclose()
+    reader.stampede.close()
+    writer.stampede.close()
+    client.close()
 
 
 def test_off_by_default(server: RedisServer, namespace: str) -> None:

@@ -34,8 +34,15 @@ def near_app(**config: Any) -> tuple[Flask, Stampede, Cache]:
     return app, ext, cache
 
 
-def test_the_extension_serves_reads_from_the_process(client: redis.Redis) -> None:
-    app, ext, _ = near_app(STAMPEDE_NEAR_CACHE=100)
+def test_the_extension_serves_reads_from_the_process(server: RedisServer) -> None:
+    # A server of its own: the counts below are every command it serves, with
+    # nothing left running by other tests on the shared one.
+    with redis.Redis.from_url(server.url, socket_timeout=5) as client:
+        _extension_serves_reads_from_the_process(server.url, client)
+
+
+def _extension_serves_reads_from_the_process(url: str, client: redis.Redis) -> None:
+    app, ext, _ = near_app(STAMPEDE_NEAR_CACHE=100, STAMPEDE_REDIS_URL=url, CACHE_REDIS_URL=url)
     settings = app.extensions["stampede"].settings
     # Another process: a core of its own on the same namespace.
     writer = stampede.Stampede(client, namespace=settings.namespace, signing_key=settings.signing_keys)
@@ -73,9 +80,18 @@ def test_the_extension_serves_reads_from_the_process(client: redis.Redis) -> Non
     writer.close()
 
 
-def test_flask_caching_serves_reads_from_the_process(client: redis.Redis, namespace: str) -> None:
-    app, _, reader = near_app(CACHE_OPTIONS={"namespace": namespace, "near_cache": {"max_entries": 100}})
-    other, _, _ = near_app(CACHE_OPTIONS={"namespace": namespace})  # its own client, no near cache
+def test_flask_caching_serves_reads_from_the_process(server: RedisServer, namespace: str) -> None:
+    # A server of its own, as above.
+    with redis.Redis.from_url(server.url, socket_timeout=5) as client:
+        _flask_caching_serves_reads_from_the_process(server.url, client, namespace)
+
+
+def _flask_caching_serves_reads_from_the_process(url: str, client: redis.Redis, namespace: str) -> None:
+    own = {"STAMPEDE_REDIS_URL": url, "CACHE_REDIS_URL": url}
+    app, _, reader = near_app(
+        CACHE_OPTIONS={"namespace": namespace, "near_cache": {"max_entries": 100}}, **own
+    )
+    other, _, _ = near_app(CACHE_OPTIONS={"namespace": namespace}, **own)  # its own client, no near cache
     writer = next(iter(other.extensions["cache"].values()))  # another process's backend
     with app.app_context():
         near = reader.cache.stampede._near
