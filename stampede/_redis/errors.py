@@ -5,10 +5,14 @@ command told from a bug."""
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import redis.exceptions
 
-__all__ = ["lost_connection", "misconfiguration", "server_words"]
+from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
+from .clients import sentinel_failure
+
+__all__ = ["lost_connection", "misconfiguration", "server_words", "translated"]
 
 
 #: The error codes redis-py takes off the replies it turns into these classes.
@@ -98,3 +102,21 @@ def lost_connection(exc: AttributeError) -> redis.exceptions.ConnectionError | N
     lost = redis.exceptions.ConnectionError(f"connection closed under the command ({exc})")
     lost.__cause__ = exc
     return lost
+
+
+def translated(
+    failure: BaseException, doing: str, *, client: Any, cluster: bool, namespace: str
+) -> StampedeError:
+    """redis-py's ``failure`` while trying to ``doing`` (``"read key 'k'"``)
+    on ``client``, as stampede raises it: a :class:`ConfigurationError` when
+    the client is set up wrong (a wrong password, an ACL, a cluster node
+    taken for a server; no outage, so ``fail_open`` does not hide it), else
+    a :class:`RedisUnavailableError`."""
+    words = server_words(failure)
+    fix = misconfiguration(failure, cluster=cluster, namespace=namespace)
+    if fix is not None:
+        return ConfigurationError(f"Redis refused to {doing} ({words}): {fix}")
+    sentinels = sentinel_failure(client, failure)
+    if sentinels is not None:
+        return RedisUnavailableError(f"Redis failed to {doing}: {sentinels}")
+    return RedisUnavailableError(f"Redis failed to {doing}: {words}")

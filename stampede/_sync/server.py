@@ -19,10 +19,10 @@ from .._core.events import EventKind, logger
 from .._core.flow import Lookup
 from .._core.keys import Keys
 from .._core.settings import Settings
-from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
+from .._exceptions import RedisUnavailableError, StampedeError
 from .._redis import scripts as lua
-from .._redis.clients import Standbys, is_cluster, sentinel_failure
-from .._redis.errors import lost_connection, misconfiguration, server_words
+from .._redis.clients import Standbys, is_cluster
+from .._redis.errors import lost_connection, translated
 from .._redis.nodes import record_sharded, sharded_known
 
 __all__ = ["Server", "ask_sharded"]
@@ -108,19 +108,10 @@ class Server:
         raise self.translated(failure, f"{action}{where}") from failure
 
     def translated(self, failure: BaseException, doing: str) -> StampedeError:
-        """redis-py's ``failure`` while trying to ``doing`` (``"read key 'k'"``),
-        as stampede raises it: a :class:`ConfigurationError` when the client
-        is set up wrong (a wrong password, an ACL, a cluster node taken for a
-        server; no outage, so ``fail_open`` does not hide it), else a
-        :class:`RedisUnavailableError`."""
-        words = server_words(failure)
-        fix = misconfiguration(failure, cluster=self.cluster, namespace=self._settings.keys.namespace)
-        if fix is not None:
-            return ConfigurationError(f"Redis refused to {doing} ({words}): {fix}")
-        sentinels = sentinel_failure(self.client, failure)
-        if sentinels is not None:
-            return RedisUnavailableError(f"Redis failed to {doing}: {sentinels}")
-        return RedisUnavailableError(f"Redis failed to {doing}: {words}")
+        """``failure`` as stampede raises it (see :func:`~stampede._redis.errors.translated`)."""
+        return translated(
+            failure, doing, client=self.client, cluster=self.cluster, namespace=self._settings.keys.namespace
+        )
 
     def read_failed(self, keys: Keys, exc: redis.exceptions.RedisError) -> Lookup:
         """A first GET raised: foreign data is a miss, a client set up wrong a
