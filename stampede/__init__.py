@@ -22,6 +22,7 @@ from ._core.near import NearCache as NearCache
 from ._core.options import Options as Options
 from ._core.reads import Lease as Lease
 from ._core.reads import Read as Read
+from ._core.scope import LeaseScope as LeaseScope
 from ._core.serializers import Compressed as Compressed
 from ._core.serializers import JsonSerializer as JsonSerializer
 from ._core.serializers import PickleSerializer as PickleSerializer
@@ -76,6 +77,7 @@ __all__ = [
     "JsonSerializer",
     "KeyTypeError",
     "Lease",
+    "LeaseScope",
     "NearCache",
     "Options",
     "PickleSerializer",

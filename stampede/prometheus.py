@@ -25,6 +25,8 @@ Family                                                  What it counts
 ``stampede_fail_opens_total``                           rebuilds run without Redis (``fail_open``)
 ``stampede_no_waits_total``                             calls on an event loop's thread that
                                                         rebuilt alone rather than wait
+``stampede_unfilled_reads_total``                       reads of a missing key that reads do not
+                                                        fill: a miss at once, without a lease
 ``stampede_near_invalidations_total``                   near copies dropped because their key
                                                         changed in Redis
 ``stampede_near_evictions_total``                       near copies dropped to stay within bounds

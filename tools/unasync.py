@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TWINS = {
     "stampede/_async/batches.py": "stampede/_sync/batches.py",
     "stampede/_async/groups.py": "stampede/_sync/groups.py",
+    "stampede/_async/keeper.py": "stampede/_sync/keeper.py",
     "stampede/_async/operations.py": "stampede/_sync/operations.py",
     "stampede/_async/reads.py": "stampede/_sync/reads.py",
     "stampede/_async/runner.py": "stampede/_sync/runner.py",

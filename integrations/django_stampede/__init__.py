@@ -13,11 +13,15 @@
 
 ``django_stampede.cache_page`` is Django's ``cache_page`` that awaits the
 cache for async views, so that their pages are coalesced too.
+``django_stampede.lease_scope()`` makes a unit of work outside a request (a
+Celery task, a management command) hold and renew the leases its ``get``
+misses take, as a request does.
 """
 
 from __future__ import annotations
 
 from ._cache_page import cache_page as cache_page
+from ._leases import lease_scope as lease_scope
 from .cache import StampedeCache as StampedeCache
 
-__all__ = ["StampedeCache", "cache_page"]
+__all__ = ["StampedeCache", "cache_page", "lease_scope"]

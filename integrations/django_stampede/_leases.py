@@ -1,27 +1,35 @@
-"""The leases a request holds: ``get`` takes one on a miss, the same request's
-``set`` commits it, and whatever is left is settled when the request ends.
+"""Which unit of work a cache call belongs to, and so which
+:class:`stampede.LeaseScope` keeps the leases its ``get`` misses take: one
+scope per unit of work and cache, settled when the unit ends.
 
-Which request is running decides whose leases a call sees, and it is found
-where Django leaves a mark, not where a signal receiver could set one (Django
-runs ``request_started`` receivers of an ASGI request in tasks and threads of
-their own, whose context changes never reach the view):
+Which unit of work is running is found where Django leaves a mark, not where
+a signal receiver could set one (Django runs ``request_started`` receivers
+of an ASGI request in tasks and threads of their own, whose context changes
+never reach the view):
 
 - Under Django's ASGI handler, a request is everything that runs for it: the
   view's task, the threads its sync code runs in, the tasks it starts. The
   handler enters an asgiref ``ThreadSensitiveContext`` per request, visible in
-  all of them; the request's leases are kept under that object, and
+  all of them; the request's scopes are kept under that object, and
   ``request_finished`` (sent from the handler's own task) finds them there.
 - Under WSGI, a request is its thread (or greenlet) from ``request_started``
   to ``request_finished``, and the tasks it starts (an async view run by
-  ``async_to_sync``): its container lives in a context variable set by the
+  ``async_to_sync``): its scopes live in a context variable set by the
   receiver, which runs in the request's own context there.
-- Outside any request (a script, a worker, start-up code, a test calling the
-  cache directly), the leases belong to the thread that took them, and within
-  it to one asyncio task at a time: the task that took them, or the first task
-  to run after the thread's own code took them (a script's ``asyncio.run``),
-  until it ends. No other thread or task sees them, even one whose context was
-  copied from there: a miss at start-up in the main thread must not make the
-  requests that follow share one container.
+- Inside ``with django_stampede.lease_scope():`` (a Celery task, a
+  management command, a job), the block is the unit of work.
+- Outside all of these (a script, a worker loop, start-up code), the unit of
+  work has no known end: the leases belong to the thread that took them,
+  and within it to one asyncio task at a time (the task that took them, or
+  the first task to run after the thread's own code took them: a script's
+  ``asyncio.run``), until it ends. No other thread or task sees them, even
+  one whose context was copied from there. They are not renewed (nothing
+  tells when the unit is over), so each lasts until the thread writes the
+  key, reads it again (which gives it back), or ``LEASE_TTL`` passes.
+
+Requests and ``lease_scope()`` blocks renew their leases while they run, up
+to ``MAX_LEASE_TIME``; a request that raised gives its leases back without
+marking their keys as ones that reads do not fill.
 """
 
 from __future__ import annotations
@@ -29,13 +37,14 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
+from types import TracebackType
 from typing import Any
 
-from stampede import Lease
+from stampede import Lease, LeaseScope
 
 from ._config import CacheConfig
-from ._registry import sync_core
+from ._registry import async_core, sync_core
 
 try:
     from asgiref.sync import SyncToAsync
@@ -44,20 +53,34 @@ try:
 except (ImportError, AttributeError):  # an asgiref without it: WSGI rules everywhere
     _asgi_request_var = None
 
-__all__ = ["begin_request", "defer", "end_request", "forget_all", "hold", "holds", "take", "take_deferred"]
+__all__ = [
+    "UnitOfWork",
+    "begin_request",
+    "defer",
+    "end_request",
+    "fail_request",
+    "forget_all",
+    "lease_scope",
+    "scope",
+    "take",
+    "take_deferred",
+]
 
 
-class _Held:
-    """One request's (or one thread's or task's) leases and deferred writes."""
+class _Unit:
+    """One unit of work's scopes (one per cache) and deferred writes."""
 
-    __slots__ = ("deferred", "ended", "leases", "task", "thread")
+    __slots__ = ("deferred", "ended", "failed", "renew", "scopes", "task", "thread")
 
     def __init__(self, *, owned: bool) -> None:
-        self.leases: dict[tuple[CacheConfig, str], Lease] = {}
+        self.scopes: dict[CacheConfig, LeaseScope] = {}
         # Header lists whose commit waits for their page: (config, lease, value, ttl).
         self.deferred: list[tuple[CacheConfig, Lease, Any, int | None]] = []
         self.ended = False
-        # Outside a request: the thread and task that own it (None: a request's, seen by its tasks too).
+        self.failed = False
+        # A thread's own reads have no known end: nothing renews their leases.
+        self.renew = not owned
+        # Outside a unit with an end: the thread and task that own it (None: seen by its tasks too).
         self.thread: int | None = None
         self.task: weakref.ref[asyncio.Task[Any]] | None = None
         if owned:
@@ -69,7 +92,7 @@ class _Held:
         if self.ended:
             return False
         if self.thread is None:
-            return True  # a WSGI request's, inherited by the tasks it started
+            return True  # a WSGI request's (or a lease_scope block's), inherited by its tasks
         if threading.get_ident() != self.thread:
             return False
         task = _current_task()
@@ -84,18 +107,23 @@ class _Held:
             return True
         return owner is task
 
+    def scope(self, config: CacheConfig) -> LeaseScope:
+        found = self.scopes.get(config)
+        if found is None:
+            found = self.scopes[config] = LeaseScope(renew=self.renew)
+        return found
+
 
 def _current_task() -> asyncio.Task[Any] | None:
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no event loop runs in this thread
+    if asyncio._get_running_loop() is None:  # cheaper than current_task() raising
         return None
+    return asyncio.current_task()
 
 
-_current: ContextVar[_Held | None] = ContextVar("django_stampede_held", default=None)
-# ASGI requests' containers, by the request's ThreadSensitiveContext; an entry
+_current: ContextVar[_Unit | None] = ContextVar("django_stampede_unit", default=None)
+# ASGI requests' units, by the request's ThreadSensitiveContext; an entry
 # goes when the request ends, or with the request's last reference.
-_by_request: weakref.WeakKeyDictionary[Any, _Held] = weakref.WeakKeyDictionary()
+_by_request: weakref.WeakKeyDictionary[Any, _Unit] = weakref.WeakKeyDictionary()
 _by_request_lock = threading.Lock()
 
 
@@ -103,69 +131,74 @@ def _asgi_request() -> Any:
     return None if _asgi_request_var is None else _asgi_request_var.get(None)
 
 
-def _held(create: bool) -> _Held | None:
+def _unit(create: bool) -> _Unit | None:
     request = _asgi_request()
     if request is not None:
-        held = _by_request.get(request)
-        if held is None and create:
+        unit = _by_request.get(request)
+        if unit is None and create:
             with _by_request_lock:
-                held = _by_request.get(request)
-                if held is None:
-                    held = _by_request[request] = _Held(owned=False)
-        return held
-    held = _current.get()
-    if held is not None and held.is_mine():
-        return held
+                unit = _by_request.get(request)
+                if unit is None:
+                    unit = _by_request[request] = _Unit(owned=False)
+        return unit
+    unit = _current.get()
+    if unit is not None and unit.is_mine():
+        return unit
     if not create:
         return None
-    held = _Held(owned=True)
-    _current.set(held)
-    return held
+    unit = _Unit(owned=True)
+    _current.set(unit)
+    return unit
 
 
-def hold(config: CacheConfig, key: str, lease: Lease) -> None:
-    held = _held(create=True)
-    assert held is not None
-    held.leases[config, key] = lease
-
-
-def holds(config: CacheConfig, key: str) -> bool:
-    held = _held(create=False)
-    return held is not None and (config, key) in held.leases
+def scope(config: CacheConfig) -> LeaseScope:
+    """The scope of the running unit of work for ``config``'s cache."""
+    unit = _unit(create=True)
+    assert unit is not None
+    return unit.scope(config)
 
 
 def take(config: CacheConfig, key: str) -> Lease | None:
-    """Remove and return this request's lease on ``key``, if any."""
-    held = _held(create=False)
-    return None if held is None else held.leases.pop((config, key), None)
+    """Remove and return the running unit's lease on ``key``, if any: for the
+    write that settles it."""
+    unit = _unit(create=False)
+    if unit is None:
+        return None
+    held = unit.scopes.get(config)
+    return None if held is None else held.take(sync_core(config), key)
 
 
-def forget_all(config: CacheConfig) -> None:
-    """Forget this request's leases and deferred writes for ``config`` (its ``clear()``)."""
-    held = _held(create=False)
-    if held is not None:
-        for name in [name for name in held.leases if name[0] == config]:
-            del held.leases[name]
-        held.deferred = [item for item in held.deferred if item[0] != config]
+def forget_all(config: CacheConfig) -> list[Lease]:
+    """Remove and return the running unit's leases for ``config`` and forget
+    its deferred writes (the cache's ``clear()``)."""
+    unit = _unit(create=False)
+    if unit is None:
+        return []
+    unit.deferred = [item for item in unit.deferred if item[0] != config]
+    held = unit.scopes.pop(config, None)
+    if held is None:
+        return []
+    core = sync_core(config)
+    return [lease for lease in held.leases() if held.take(core, lease.key) is not None]
 
 
 def defer(config: CacheConfig, lease: Lease, value: Any, ttl: int | None) -> None:
-    held = _held(create=True)
-    assert held is not None
-    held.deferred.append((config, lease, value, ttl))
+    unit = _unit(create=True)
+    assert unit is not None
+    unit.deferred.append((config, lease, value, ttl))
 
 
 def take_deferred(config: CacheConfig) -> list[tuple[Lease, Any, int | None]]:
-    held = _held(create=False)
-    if held is None or not held.deferred:
+    unit = _unit(create=False)
+    if unit is None or not unit.deferred:
         return []
-    mine = [(lease, value, ttl) for owner, lease, value, ttl in held.deferred if owner == config]
-    held.deferred = [item for item in held.deferred if item[0] != config]
+    mine = [(lease, value, ttl) for owner, lease, value, ttl in unit.deferred if owner == config]
+    unit.deferred = [item for item in unit.deferred if item[0] != config]
     return mine
 
 
 def begin_request(**kwargs: Any) -> None:
-    """``request_started`` receiver: a fresh container for the request.
+    """``request_started`` receiver: a fresh unit of work for the request.
 
     Under ASGI it is kept under the request's ``ThreadSensitiveContext``
     (this receiver runs in a task and a thread of its own there, so a
@@ -174,30 +207,124 @@ def begin_request(**kwargs: Any) -> None:
     request = _asgi_request()
     if request is not None:
         with _by_request_lock:
-            _by_request[request] = _Held(owned=False)
+            _by_request[request] = _Unit(owned=False)
     else:
-        _current.set(_Held(owned=False))
+        _current.set(_Unit(owned=False))
+
+
+def fail_request(**kwargs: Any) -> None:
+    """``got_request_exception`` receiver: the request's view raised."""
+    unit = _unit(create=False)
+    if unit is not None:
+        unit.failed = True
 
 
 def end_request(**kwargs: Any) -> None:
     """``request_finished`` receiver: store the header lists still waiting for
-    their page, and free the leases of misses the request never set (its
-    view raised, or chose not to cache) so that others rebuild at once."""
+    their page, then settle the request's scopes (see :func:`_settle`)."""
     request = _asgi_request()
     if request is not None:
         with _by_request_lock:
-            held = _by_request.pop(request, None)
+            unit = _by_request.pop(request, None)
     else:
-        held = _current.get()
-        if held is None or held.thread is not None:
+        unit = _current.get()
+        if unit is None or unit.thread is not None:
             return  # not a request's: its thread or task settles it
         _current.set(None)  # nothing copied from this context later sees the ended request
-    if held is None:
-        return
-    held.ended = True
-    deferred, held.deferred = held.deferred, []
-    leases, held.leases = held.leases, {}
+    if unit is not None:
+        _settle(unit)
+
+
+def _settle(unit: _Unit) -> None:
+    """Give back the leases of reads the unit never followed with a write
+    (its view chose not to cache, or never meant to: a flag that is normally
+    absent), so that waiters go on at once and later reads of a key still
+    missing miss at once (see ``stampede.LeaseScope``)."""
+    unit.ended = True
+    deferred, unit.deferred = unit.deferred, []
+    scopes, unit.scopes = unit.scopes, {}
     for config, lease, value, ttl in deferred:
         sync_core(config).commit(lease, value, ttl=ttl, store_if_lapsed=True)
-    for (config, _), lease in leases.items():
-        sync_core(config).release(lease)
+    for config, held in scopes.items():
+        held.failed = held.failed or unit.failed
+        sync_core(config).settle(held)
+
+
+async def _asettle(unit: _Unit) -> None:
+    unit.ended = True
+    deferred, unit.deferred = unit.deferred, []
+    scopes, unit.scopes = unit.scopes, {}
+    for config, lease, value, ttl in deferred:
+        await async_core(config).commit(lease, value, ttl=ttl, store_if_lapsed=True)
+    for config, held in scopes.items():
+        held.failed = held.failed or unit.failed
+        await async_core(config).settle(held)
+
+
+def lease_scope() -> UnitOfWork:
+    """A unit of work outside a request (a Celery task, a management
+    command, a job), for every ``StampedeCache``: ``with lease_scope():`` or
+    ``async with lease_scope():`` around it.
+
+    Inside, a ``get`` that misses holds the key's lease for the block, renewed
+    while it runs (up to ``MAX_LEASE_TIME``), and the block's ``set`` of the
+    key stores under it; leaving the block gives back the leases of keys it
+    read and never wrote, waking their waiters at once (a block that raised
+    gives them back plainly). Inside a request, the request is the unit of
+    work already, and this block makes a unit of its own within it.
+    """
+    return UnitOfWork()
+
+
+class UnitOfWork:
+    """What :func:`lease_scope` returns: a context manager, sync or async, entered once."""
+
+    def __init__(self) -> None:
+        self._unit: _Unit | None = None
+        self._token: Token[_Unit | None] | None = None
+        self._saved_request: Any = None  # the ASGI request this block runs in, if any
+        self._outer: _Unit | None = None  # that request's own unit, set aside meanwhile
+
+    def _enter(self) -> None:
+        if self._unit is not None:
+            raise RuntimeError("a django_stampede.lease_scope() is entered once: make another")
+        self._unit = _Unit(owned=False)
+        self._token = _current.set(self._unit)
+        self._saved_request = _asgi_request()
+        if self._saved_request is not None:
+            # An ASGI request's unit is found through its context: stand in for it.
+            with _by_request_lock:
+                self._outer = _by_request.get(self._saved_request)
+                _by_request[self._saved_request] = self._unit
+
+    def _exit(self, failed: bool) -> _Unit:
+        unit, token = self._unit, self._token
+        assert unit is not None
+        assert token is not None
+        unit.failed = failed
+        _current.reset(token)
+        if self._saved_request is not None:
+            with _by_request_lock:
+                if self._outer is None:
+                    _by_request.pop(self._saved_request, None)
+                else:
+                    _by_request[self._saved_request] = self._outer
+        return unit
+
+    def __enter__(self) -> UnitOfWork:
+        self._enter()
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        _settle(self._exit(error is not None))
+
+    async def __aenter__(self) -> UnitOfWork:
+        self._enter()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await _asettle(self._exit(error is not None))

@@ -29,7 +29,7 @@ from operator import methodcaller
 from typing import Any, TypeAlias, TypeVar
 
 from django.core.cache.backends.base import DEFAULT_TIMEOUT, BaseCache
-from django.core.signals import request_finished, request_started
+from django.core.signals import got_request_exception, request_finished, request_started
 
 from stampede import ConfigurationError, Entry, Lease, Read, SerializationError, Stampede
 from stampede.asyncio import Stampede as AsyncStampede
@@ -41,6 +41,7 @@ from ._registry import async_core, sync_core
 # Settle each request's leases when it ends (not in close(): under ASGI
 # Django closes caches from another context than the view's).
 request_started.connect(leases.begin_request, dispatch_uid="django_stampede.begin_request")
+got_request_exception.connect(leases.fail_request, dispatch_uid="django_stampede.fail_request")
 request_finished.connect(leases.end_request, dispatch_uid="django_stampede.end_request")
 
 __all__ = ["PAGE_TAGS", "StampedeCache"]
@@ -210,39 +211,28 @@ class StampedeCache(BaseCache):
 
     def get(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         made = self.make_and_validate_key(key, version=version)
-        if self._reads_own(key, made):
-            return self._run(self._get_own(key, made, default))
+        if _is_header_key(key):
+            return self._run(self._get_header(made, default))
         # Not through a plan: its generator would add about 0.7 us a call, a
         # seventh of a hit served from the near cache.
-        return self._after_read(made, self._core.read(made), default)
+        read = self._core.read(made, scope=leases.scope(self._config))
+        return read.value if read.found else default
 
     async def aget(self, key: Any, default: Any = None, version: int | None = None) -> Any:
         made = self.make_and_validate_key(key, version=version)
-        if self._reads_own(key, made):
-            return await self._arun(self._get_own(key, made, default))
-        return self._after_read(made, await async_core(self._config).read(made), default)
+        if _is_header_key(key):
+            return await self._arun(self._get_header(made, default))
+        read = await async_core(self._config).read(made, scope=leases.scope(self._config))
+        return read.value if read.found else default
 
-    def _reads_own(self, key: Any, made: str) -> bool:
-        # Our own rebuild (never wait for ourselves), or a header list:
-        # served stale, so that only the page's own lease decides who renders.
-        return leases.holds(self._config, made) or _is_header_key(key)
-
-    def _get_own(self, key: Any, made: str, default: Any) -> _Plan[Any]:
-        """``get`` of a key this request rebuilds, or of a header list."""
+    def _get_header(self, made: str, default: Any) -> _Plan[Any]:
+        """``get`` of a header list (``cache_page``'s): served stale too, so that
+        only the page's own lease decides who renders."""
         entry: Entry | None = yield _call("get", made)
-        if entry is not None and (entry.is_fresh() or _is_header_key(key)):
+        if entry is not None:
             return entry.value
-        if leases.holds(self._config, made):
-            return default
-        read: Read = yield _call("read", made)
-        return self._after_read(made, read, default)
-
-    def _after_read(self, made: str, read: Read, default: Any) -> Any:
-        if read.found:
-            return read.value
-        if read.lease is not None:
-            leases.hold(self._config, made, read.lease)
-        return default
+        read: Read = yield _call("read", made, scope=leases.scope(self._config))
+        return read.value if read.found else default
 
     def get_many(self, keys: Iterable[Any], version: int | None = None) -> dict[Any, Any]:
         return self._run(self._get_many(keys, version))
@@ -437,7 +427,8 @@ class StampedeCache(BaseCache):
         return await self._arun(self._clear())
 
     def _clear(self) -> _Plan[bool]:
-        leases.forget_all(self._config)
+        for lease in leases.forget_all(self._config):
+            yield _call("release", lease)  # stops its renewal; the clear deletes it anyway
         yield _call("clear")
         return True
 
@@ -609,7 +600,8 @@ class StampedeCache(BaseCache):
 
     def close(self, **kwargs: Any) -> None:
         """Cheap: connections stay pooled, and the request's leases are settled
-        by a ``request_finished`` receiver of this module."""
+        by a ``request_finished`` receiver of this module (see
+        :func:`django_stampede.lease_scope` for units of work outside requests)."""
 
     async def aclose(self, **kwargs: Any) -> None:
         """See :meth:`close`."""

@@ -4,7 +4,8 @@ Existing ``@cache.cached`` and ``@cache.memoize`` code gets stale serving and
 single flight unchanged: Flask-Caching calls ``get`` and, on a miss, ``set``;
 here one request's ``get`` misses and takes the lease while the others get
 the stale value (or wait for the set), and that request's ``set`` commits.
-Leases belong to the app context (the request) and are settled when it ends.
+Leases belong to the app context (the request): a :class:`stampede.LeaseScope`
+renews them while it lasts and settles them when it is torn down.
 Flask-Caching's timeouts: ``None`` is the default, ``0`` forever. The settings
 it takes are listed in :class:`StampedeCache`'s docstring.
 """
@@ -315,24 +316,36 @@ class StampedeCache(BaseCache):
 
     # --- the leases of the current request --------------------------------------
 
-    def _held(self) -> dict[str, stampede.Lease]:
+    def _scope(self) -> stampede.LeaseScope:
+        """The lease scope of the running unit of work: the app context's (a
+        request's, settled when it is torn down), else the thread's own
+        (outside any app context, whose end nothing tells: not renewed)."""
         if not has_app_context():
-            if not hasattr(self._outside, "leases"):
-                self._outside.leases = {}
-            return self._outside.leases  # type: ignore[no-any-return]
-        held: dict[int, dict[str, stampede.Lease]] | None = g.get(_HELD)
-        if held is None:
-            held = {}
-            setattr(g, _HELD, held)
-        return held.setdefault(id(self), {})
+            scope: stampede.LeaseScope | None = getattr(self._outside, "scope", None)
+            if scope is None:
+                scope = self._outside.scope = stampede.LeaseScope(renew=False)
+            return scope
+        scopes: dict[int, stampede.LeaseScope] | None = g.get(_HELD)
+        if scopes is None:
+            scopes = {}
+            setattr(g, _HELD, scopes)
+        scope = scopes.get(id(self))
+        if scope is None:
+            scope = scopes[id(self)] = stampede.LeaseScope()
+        return scope
 
     def _settle(self, exc: BaseException | None = None) -> None:
-        # The request ends: free the leases of misses it never set (its view
-        # raised, or response_filter refused), so others rebuild at once.
-        held: dict[int, dict[str, stampede.Lease]] | None = g.get(_HELD)
-        if held:
-            for lease in held.pop(id(self), {}).values():
-                self.stampede.release(lease)
+        # The request ends: give back the leases of misses it never set (its
+        # view chose not to cache, or raised), so that others go on at once.
+        scopes: dict[int, stampede.LeaseScope] | None = g.get(_HELD)
+        scope = scopes.pop(id(self), None) if scopes else None
+        if scope is not None:
+            scope.failed = exc is not None
+            self.stampede.settle(scope)
+
+    def _forget(self, name: str) -> None:
+        """A write of ``name`` cancels this request's lease on it in Redis."""
+        self._scope().take(self.stampede, name)
 
     def _ttl(self, timeout: Any) -> float | None | bool:
         """Flask-Caching's timeout as stampede's ttl; ``False``: expire at once."""
@@ -344,21 +357,14 @@ class StampedeCache(BaseCache):
     # --- the API --------------------------------------------------------------------
 
     def get(self, key: str) -> Any:
-        name = self.key_prefix + key
-        if name in self._held():
-            entry = self.stampede.get(name)  # our own rebuild: never wait for ourselves
-            return entry.value if entry is not None and entry.is_fresh() else None
-        read = self.stampede.read(name)
-        if read.lease is not None:
-            self._held()[name] = read.lease
-        return read.value
+        return self.stampede.read(self.key_prefix + key, scope=self._scope()).value
 
     def set(self, key: str, value: Any, timeout: Any = None, *, tags: Sequence[str] = ()) -> bool:
         """Store ``value``; ``tags`` (``cache.set(key, value, tags=[...])``): the
         groups it belongs to (see :meth:`invalidate_tags`)."""
         name = self.key_prefix + key
         ttl = self._ttl(timeout)
-        lease = self._held().pop(name, None)
+        lease = self._scope().take(self.stampede, name)
         with _as_cachelib():
             if ttl is False:
                 self.stampede.delete(name)
@@ -380,7 +386,7 @@ class StampedeCache(BaseCache):
     def add(self, key: str, value: Any, timeout: Any = None) -> bool:
         name = self.key_prefix + key
         ttl = self._ttl(timeout)
-        lease = self._held().pop(name, None)
+        lease = self._scope().take(self.stampede, name)
         with _as_cachelib():
             added = False if ttl is False else self.stampede.add(name, value, ttl=ttl)
         if lease is not None:
@@ -389,7 +395,7 @@ class StampedeCache(BaseCache):
 
     def delete(self, key: str) -> bool:
         name = self.key_prefix + key
-        self._held().pop(name, None)
+        self._forget(name)
         return self.stampede.delete(name)
 
     def get_many(self, *keys: str) -> list[Any]:
@@ -400,7 +406,7 @@ class StampedeCache(BaseCache):
         ttl = self._ttl(timeout)
         named = {self.key_prefix + key: value for key, value in mapping.items()}
         for name in named:
-            self._held().pop(name, None)
+            self._forget(name)
         with _as_cachelib():
             if ttl is False:
                 self.stampede.delete_many(named)
@@ -411,7 +417,7 @@ class StampedeCache(BaseCache):
     def delete_many(self, *keys: str) -> list[Any]:
         names = [self.key_prefix + key for key in keys]
         for name in names:
-            self._held().pop(name, None)
+            self._forget(name)
         self.stampede.delete_many(names)
         return list(keys)  # absent afterwards: deleted, in cachelib's terms
 
@@ -419,11 +425,14 @@ class StampedeCache(BaseCache):
         name = self.key_prefix + key
         # While this request holds the lease, its get() missed: so must has(),
         # or Flask-Caching (cache_none=True) takes the miss for a stored None.
-        return name not in self._held() and self.stampede.has_key(name)
+        return not self._scope().holds(self.stampede, name) and self.stampede.has_key(name)
 
     def clear(self) -> bool:
         """Clear this cache: its ``CACHE_KEY_PREFIX`` only, if it has one."""
-        self._held().clear()
+        scope = self._scope()
+        for lease in scope.leases():
+            if scope.take(self.stampede, lease.key) is not None:
+                self.stampede.release(lease)  # stops its renewal; the clear deletes it anyway
         if self.key_prefix:
             self.stampede.delete_prefix(self.key_prefix)
         else:

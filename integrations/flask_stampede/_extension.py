@@ -207,41 +207,51 @@ class Stampede:
                     return current_app.ensure_sync(view)(*args, **kwargs)
                 key = _view_key(key_prefix, query_string, make_cache_key, args, kwargs)
                 options = state.settings.options.merged(overrides)
-                read = state.core.read(key, tags=_tags_of(tags, args, kwargs), **read_overrides)
+                core = state.core
+                page_tags = _tags_of(tags, args, kwargs)
+                # The render is this view's unit of work: its lease is renewed
+                # while it runs, however long that is, and settled after it.
+                scope = stampede.LeaseScope()
+                read = core.read(key, tags=page_tags, scope=scope, **read_overrides)
                 if read.found:
                     return _replayed(read.value, state.settings, options)
 
                 def render() -> Response:
                     # With the lease: render, then store (fenced) or give the
                     # lease up. Without: render for this request alone.
-                    lease, stale = read.lease, read.stale
                     try:
                         response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
                     except Exception:
-                        if lease is not None:
-                            state.core.release(lease)
-                        if stale is None:
+                        scope.failed = True
+                        core.settle(scope)
+                        if read.stale is None:
                             raise
                         logger.warning("view for %r raised; serving its stale value", key, exc_info=True)
-                        return _replayed(stale.value, state.settings, options)
+                        return _replayed(read.stale.value, state.settings, options)
                     except BaseException:
-                        if lease is not None:
-                            state.core.release(lease)
+                        scope.failed = True
+                        core.settle(scope)
                         raise
                     response.direct_passthrough = False  # send_file: read the body, to store it
                     storable = _storable(response, cache_errors) and (
                         response_filter is None or response_filter(response)
                     )
-                    if lease is not None and storable:
+                    lease = scope.take(core, key) if storable else None
+                    if lease is not None or (storable and read.unfilled):
                         snapshot = Snapshot.of(response, options.ttl)
-                        state.core.commit(lease, snapshot, store_if_lapsed=True)
+                        if lease is not None:
+                            core.commit(lease, snapshot, store_if_lapsed=True)
+                        else:  # a key nobody else fills: a plain write, which ends that
+                            core.set(
+                                key, snapshot, ttl=options.ttl, stale_ttl=options.stale_ttl, tags=page_tags
+                            )
                         _label(response, state.settings, options, "MISS", snapshot.fresh_until)
                     else:
                         # Refused for the cache (an error, a cookie...): this
-                        # request's alone; waiters elsewhere render their own.
-                        if lease is not None:
-                            state.core.release(lease)
+                        # request's alone; the lease is given back below, and
+                        # until a page is stored, requests render their own.
                         _label(response, state.settings, options, "MISS", None)
+                    core.settle(scope)
                     return response
 
                 if read.lease is not None and read.stale is not None and options.background:

@@ -16,7 +16,7 @@ carrying out each operation it yields (a script, a wait, the rebuild).
 from __future__ import annotations
 
 import functools
-from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis.exceptions
@@ -36,6 +36,7 @@ from .._core.keys import Keys
 from .._core.near import NOT_HERE
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
 from .._core.reads import LEASE_TAKEN, Lease, Paused, Read
+from .._core.scope import LeaseScope
 from .._core.serializers import Serializer
 from .._core.settings import Settings
 from .._core.tags import TagsUnknown
@@ -47,6 +48,7 @@ from .._primitives import (
     AsyncRebuilder,
     async_can_block,
     async_close_client,
+    async_contextmanager,
     async_forks_with,
 )
 from .._redis import scripts as lua
@@ -54,6 +56,7 @@ from .._redis.clients import check_client
 from .._redis.urls import connect, split_options
 from .batches import AsyncBatches
 from .groups import AsyncGroups
+from .keeper import AsyncLeaseKeeper
 from .operations import AsyncOperations
 from .reads import AsyncSharedReads
 from .runner import AsyncFlowRunner
@@ -181,6 +184,7 @@ class Stampede(AsyncOperations):
         self._runner = AsyncFlowRunner(
             settings, self._server, self._subscriber, self._background, self._groups
         )
+        self._keeper = AsyncLeaseKeeper(self._server, settings.clock)
         self._batches = AsyncBatches(
             settings,
             self._server,
@@ -203,6 +207,7 @@ class Stampede(AsyncOperations):
         self._flights = LocalFlights(AsyncEvent)
         self._turns = KeyLocks(AsyncLock)
         self._background.forked()
+        self._keeper.forked()
 
     @property
     def namespace(self) -> str:
@@ -553,6 +558,7 @@ class Stampede(AsyncOperations):
         wait_timeout: float = UNSET,
         beta: float | None = UNSET,
         tags: Sequence[str] = (),
+        scope: LeaseScope | None = None,
         **unknown: Unpack[NoMore],
     ) -> Read:
         """:meth:`get_or_rebuild` for callers that rebuild by themselves.
@@ -563,13 +569,21 @@ class Stampede(AsyncOperations):
         a miss and the :class:`Lease`. Missing: one caller gets a miss and the
         lease; the others wait (up to ``wait_timeout``) for its commit. A miss
         without a lease (after ``wait_timeout``, or fail-open) means: rebuild,
-        but nothing to commit. Unlike :meth:`get_or_rebuild`, callers are not
-        coalesced within the process (the rebuild is out of our hands), and
-        the lease is not renewed: commit within ``lease_ttl``. ``tags``: those
-        the value will carry, if known now (else given to :meth:`commit`).
+        but nothing to commit; with ``unfilled`` set, the key is one that
+        reads do not fill, and a value may be stored with :meth:`set`.
+        Unlike :meth:`get_or_rebuild`, callers are not coalesced within the
+        process (the rebuild is out of our hands). ``tags``: those the value
+        will carry, if known now (else given to :meth:`commit`).
+
+        ``scope``: the :class:`~stampede.LeaseScope` of the caller's unit of
+        work, which keeps (and renews) a lease won, until the unit's write
+        takes it or :meth:`settle` gives it back; a read of a key whose lease
+        the scope already holds gives that lease back and reads again.
+        Without one, the lease is not renewed: commit within ``lease_ttl``.
         """
         if unknown:
             raise unknown_arguments(self.read, unknown)
+
         given = (ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         options = self._options if given == _NONE_GIVEN else self._call_options(*given)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
@@ -577,8 +591,14 @@ class Stampede(AsyncOperations):
         if near is not None and options.beta is None:
             value = near.serve(key)  # the hot index: most near hits end here
             if value is not NOT_HERE:
-                return _found(Read, (True, value, None, None))
+                return _found(Read, (True, value, None, None, False))
         keys = self._keys(key)
+        if scope is not None and scope._held:
+            again = scope._take(self._settings.keys.namespace, key)
+            if again is not None:
+                # Read twice and not written in between: this unit of work
+                # does not fill the key, and others need not wait for it.
+                await self._give_back(again, unfilled=not scope.failed)
         lookup = await self._first_read(keys, options, key)
         if isinstance(lookup, Entry):
             return Read(True, lookup.value)
@@ -631,6 +651,10 @@ class Stampede(AsyncOperations):
         if read is None:
             read = Read(True, outcome)
         self._flights.finish(flight_key, flight, value=LEASE_TAKEN if read.lease is not None else read)
+        if scope is not None and read.lease is not None:
+            scope._hold(self._settings.keys.namespace, key, read.lease)
+            if scope.renew:
+                self._keeper.keep(read.lease)
         return read
 
     async def commit(
@@ -658,6 +682,7 @@ class Stampede(AsyncOperations):
             raise unknown_arguments(self.commit, unknown)
         rebuilt = self._settings.rebuilt_by_holder(lease, value)
         options = self._settings.settle_options(lease, ttl, stale_ttl)
+        _stop_renewing(lease)
         flow = lease._flow
         if tags is not None:
             tag_ids = self._settings.tag_ids(tags)
@@ -684,7 +709,44 @@ class Stampede(AsyncOperations):
         """Give up a lease from :meth:`read` without storing anything, so that
         another caller can rebuild at once."""
         self._settings.rebuilt_by_holder(lease, None)  # validates the argument
-        await self._runner.execute(Release(lease.token), lease.keys, lease._options, None)
+        await self._give_back(lease, unfilled=False)
+
+    async def _give_back(self, lease: Lease, *, unfilled: bool) -> None:
+        """Free ``lease`` without a value; ``unfilled``: its holder's unit of
+        work did not fill the key (mark it so if it is still missing)."""
+        _stop_renewing(lease)
+        await self._runner.execute(Release(lease.token, unfilled=unfilled), lease.keys, lease._options, None)
+
+    # --- a unit of work's leases ----------------------------------------------
+
+    @async_contextmanager
+    async def lease_scope(self, *, renew: bool = True) -> AsyncIterator[LeaseScope]:
+        """A :class:`~stampede.LeaseScope` for the unit of work this block
+        is, settled (:meth:`settle`) when the block ends; failed if it raises.
+
+        ``async with sf.lease_scope() as scope``, then ``sf.read(key,
+        scope=scope)`` and, on a miss with a lease, ``sf.commit(
+        scope.take(sf, key), value, store_if_lapsed=True)``.
+        """
+        scope = LeaseScope(renew=renew)
+        try:
+            yield scope
+        except BaseException:
+            scope.failed = True
+            raise
+        finally:
+            await self.settle(scope)
+
+    async def settle(self, scope: LeaseScope) -> None:
+        """The unit of work ``scope`` stood for has ended: give back the
+        leases it still holds of this instance's namespace (reads it never
+        followed with a write). Their waiters are woken at once, and each key
+        still missing is remembered for ``unfilled_ttl`` as one that reads do
+        not fill, unless the unit :attr:`~stampede.LeaseScope.failed`."""
+        if not isinstance(scope, LeaseScope):
+            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}")
+        for lease in scope._drain(self._settings.keys.namespace):
+            await self._give_back(lease, unfilled=not scope.failed)
 
     def cached(
         self,
@@ -761,6 +823,12 @@ class Stampede(AsyncOperations):
             await async_close_client(self._server.client)
             for owned in self._owned:
                 await owned.aclose()
+
+
+def _stop_renewing(lease: Lease) -> None:
+    keeper = lease._keeper
+    if keeper is not None:
+        keeper.drop(lease)
 
 
 def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:

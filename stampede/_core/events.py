@@ -45,6 +45,9 @@ class EventKind(str, enum.Enum):
     #: a blocking call on an event loop's thread found the key being rebuilt
     #: elsewhere: it did not wait (that would freeze the loop), it rebuilt alone
     NO_WAIT = "no_wait"
+    #: a read of a missing key that reads do not fill (a lease taken by a read
+    #: ended without a value, not long ago): a miss at once, without a lease
+    UNFILLED = "unfilled"
     #: a fresh value was served from this process's near cache, without Redis
     NEAR_HIT = "near_hit"
     #: a near copy was dropped because the key changed in Redis (a write,

@@ -79,9 +79,15 @@ def new_token() -> str:
 
 @dataclass(frozen=True, slots=True)
 class Acquire:
-    """Try to take the lease. Result: :class:`Acquired`."""
+    """Try to take the lease. Result: :class:`Acquired`.
+
+    ``reads``: the caller is a read (``Stampede.read``), which gets no lease
+    on a missing key marked as one that reads do not fill; a rebuild takes
+    the lease over such a mark.
+    """
 
     token: str
+    reads: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,13 +96,16 @@ class Acquired:
 
     ``current`` is the value key's raw bytes, read atomically with a won
     lease, and ``won_at`` the server's clock then (text); ``lease_pttl`` the
-    holder's remaining milliseconds when lost.
+    holder's remaining milliseconds when lost; ``unfilled``: not won, the key
+    being missing and marked as one that reads do not fill (see
+    :attr:`Acquire.reads`).
     """
 
     won: bool
     current: bytes | None = None
     lease_pttl: int = -2
     won_at: str | None = None
+    unfilled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +184,10 @@ class Release:
     #: could not be stored), rather than that its holder gave up without one
     #: (after which ``read`` callers each go on alone).
     retake: bool = False
+    #: A lease taken by a read whose unit of work ended without writing the
+    #: key: if the key is still missing, mark it as one that reads do not
+    #: fill, for ``unfilled_ttl`` (reads of it then miss at once, leaseless).
+    unfilled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -411,6 +424,7 @@ class Flow:
         self.captured = UNTAGGED
         self.committed = False  # set by settle(): whether a rebuilt value was stored
         self.won_at: str | None = None  # the server's clock when this flow won its lease
+        self.unfilled = False  # found the key marked as one that reads do not fill
         # Its rebuild lost to a newer write (the commit was refused): its value
         # is for its own caller only, who asked before that write.
         self.superseded = False
@@ -577,6 +591,12 @@ class Flow:
             except RedisUnavailableError as exc:
                 pause = yield from self._pause_for_failover(exc, deadline, pause)
                 continue
+            if acquired.unfilled:
+                # A key that reads do not fill (nobody wrote it after the last
+                # read that took its lease): a miss at once, for this caller alone.
+                self.emit(EventKind.UNFILLED)
+                self.unfilled = True
+                return (yield from self._alone())
             if acquired.won:
                 self.emit(EventKind.LEASE_WON)
                 landed = self.decode(acquired.current)
@@ -625,7 +645,7 @@ class Flow:
 
     def _acquire(self, token: str) -> Generator[Op, Any, Acquired]:
         try:
-            acquired: Acquired = yield Acquire(token)
+            acquired: Acquired = yield Acquire(token, reads=not self.take_over)
         except BaseException:
             # The lease may have been granted although its reply never came
             # (a lost connection, a cancelled caller): drop it if it is ours

@@ -96,6 +96,12 @@ MEASURES: dict[EventKind, Measure] = {
             "Blocking calls on an event loop's thread that rebuilt alone rather than wait",
         )
     ),
+    EventKind.UNFILLED: Measure(
+        Family(
+            "stampede_unfilled_reads",
+            "Reads of a missing key that reads do not fill: a miss at once, without a lease",
+        )
+    ),
 }
 
 #: Bucket upper bounds (seconds) of each histogram: rebuilds from a

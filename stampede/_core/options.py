@@ -167,6 +167,12 @@ class Options:
         fail_open: when Redis is unreachable, run the rebuild directly
             (still coalesced within the process) instead of raising
             :class:`~stampede.RedisUnavailableError`.
+        unfilled_ttl: seconds a missing key is remembered as one that reads
+            do not fill, once a lease taken by a read (a Django ``get``, a
+            Flask-Caching ``get``: see :class:`~stampede.LeaseScope`) ended
+            with its unit of work and no value: reads of it miss at once,
+            without a lease and without waiting, until a write of the key or
+            this long; ``0``: never remembered.
         max_value_size: the most bytes a value may take once serialized;
             a larger one raises :class:`~stampede.SerializationError` before
             anything is sent (a rebuild's lease is released). ``None``: no
@@ -182,6 +188,7 @@ class Options:
     background: bool = False
     beta: float | None = None
     fail_open: bool = False
+    unfilled_ttl: float = 60.0
     max_value_size: int | None = 64 * 1024 * 1024
 
     def __post_init__(self) -> None:
@@ -210,6 +217,7 @@ class Options:
             )
         _flag("background", self.background)
         _flag("fail_open", self.fail_open)
+        set_(self, "unfilled_ttl", _non_negative("unfilled_ttl", self.unfilled_ttl))
         size = self.max_value_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
             raise ConfigurationError(f"max_value_size must be a number of bytes >= 1 or None, got {size!r}")
@@ -220,6 +228,11 @@ class Options:
     def lease_ms(self) -> int:
         """The lease TTL in milliseconds, as Redis wants it."""
         return max(1, round(self.lease_ttl * 1000))
+
+    @property
+    def unfilled_ms(self) -> int:
+        """How long (ms) a key is remembered as one that reads do not fill; ``0``: never."""
+        return math.ceil(self.unfilled_ttl * 1000)
 
     @property
     def expire_ms(self) -> int | None:

@@ -27,6 +27,9 @@ class Read(NamedTuple):
     with ``release(lease)``; otherwise the lease lapses after ``lease_ttl``.
     ``stale`` is then the stale :class:`Entry` the others are served, if
     any: what to answer with while refreshing in the background.
+    ``unfilled``: a miss without a lease because the key is one that reads
+    do not fill (see :class:`~stampede.LeaseScope`): nobody rebuilds it, so
+    a value this caller computes may be stored with a plain ``set``.
     """
 
     found: bool
@@ -34,6 +37,7 @@ class Read(NamedTuple):
     lease: Lease | None = None
     #: With a lease: the stale entry others are served meanwhile, if any.
     stale: Entry | None = None
+    unfilled: bool = False
 
 
 class Lease:
@@ -45,7 +49,7 @@ class Lease:
     nothing.
     """
 
-    __slots__ = ("_flow", "_options", "_started", "_won_at", "keys", "token")
+    __slots__ = ("_flow", "_keeper", "_options", "_started", "_won_at", "keys", "token")
 
     def __init__(
         self, keys: Keys, token: str, flow: Flow, options: Options, started: float, won_at: str | None
@@ -56,6 +60,7 @@ class Lease:
         self._options = options
         self._started = started  # monotonic: the rebuild's duration
         self._won_at = won_at  # the server's clock: what a lapsed commit is fenced by
+        self._keeper: Any = None  # what renews it while a LeaseScope holds it, if anything
 
     @property
     def key(self) -> str:

@@ -491,8 +491,8 @@ class Settings:
         return values, others, fenced
 
     def lease_for(self, keys: Keys, options: Options, flow: Flow, paused: Paused) -> Read:
-        if paused.token is None:  # no lease to hand out (fail-open, or gave up waiting)
-            return Read(False)
+        if paused.token is None:  # no lease to hand out (unfilled, fail-open, or gave up waiting)
+            return Read(False, unfilled=flow.unfilled)
         clock = self.clock
         lease = Lease(keys, paused.token, flow, options, clock.monotonic(), flow.won_at)
         return Read(False, None, lease, paused.stale)
@@ -514,21 +514,24 @@ class Settings:
     def op_call(self, op: Acquire | Commit | Release, keys: Keys, options: Options) -> tuple[str, list[Any]]:
         """The script and arguments that carry out a lease operation."""
         if isinstance(op, Acquire):
-            return "acquire", [op.token, options.lease_ms]
+            return "acquire", [op.token, options.lease_ms, "r" if op.reads else ""]
         if isinstance(op, Commit):
             since = "" if op.won_at is None else op.won_at
             args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, options.lapse_ms]
             return "commit", args
-        return "release", [op.token, keys.channel, CANCELLED if op.retake else RELEASED]
+        unfilled_ms = options.unfilled_ms if op.unfilled else 0
+        return "release", [op.token, keys.channel, CANCELLED if op.retake else RELEASED, unfilled_ms]
 
     @staticmethod
     def op_result(op: Acquire | Commit | Release, reply: Any) -> Any:
         if isinstance(op, Acquire):
-            if reply[0]:
+            if reply[0] == 1:
                 won_at = reply[2]
                 return Acquired(
                     True, reply[1], won_at=won_at.decode() if isinstance(won_at, bytes) else won_at
                 )
+            if len(reply) == 1:
+                return Acquired(False, unfilled=True)
             return Acquired(False, lease_pttl=int(reply[1]))
         if isinstance(op, Commit):
             if isinstance(reply, list):

@@ -45,10 +45,12 @@ from .work import Background as Background
 from .work import Detached as Detached
 from .work import Rebuilder as Rebuilder
 from .work import Worker as Worker
+from .work import async_contextmanager as async_contextmanager
 from .work import async_rebuild_call as async_rebuild_call
 from .work import async_runs_in_thread as async_runs_in_thread
 from .work import async_shield as async_shield
 from .work import check_background_workers as check_background_workers
+from .work import contextmanager as contextmanager
 from .work import rebuild_call as rebuild_call
 from .work import runs_in_thread as runs_in_thread
 from .work import shield as shield
@@ -77,6 +79,7 @@ __all__ = [
     "async_close_client",
     "async_close_node_pubsub",
     "async_close_pubsub",
+    "async_contextmanager",
     "async_forks_with",
     "async_rebuild_call",
     "async_runs_in_thread",
@@ -88,6 +91,7 @@ __all__ = [
     "close_node_pubsub",
     "close_pubsub",
     "close_sockets",
+    "contextmanager",
     "forks_with",
     "on_event_loop_thread",
     "rebuild_call",

@@ -4,6 +4,7 @@ worker beside the caller, and running a rebuild function."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import threading
@@ -123,6 +124,10 @@ class AsyncWorker(Generic[T]):
     def __init__(self, work: Callable[[], Coroutine[Any, Any, T]], name: str) -> None:
         self._task = asyncio.get_running_loop().create_task(work(), name=name)
 
+    def done(self) -> bool:
+        """Whether it has ended (returned, raised, or was cancelled with its loop)."""
+        return self._task.done()
+
     def stop(self, grace: float) -> T | None:
         """Its result if it ended, else ``None`` (and it is cancelled: a task
         can be, so ``grace`` is not waited)."""
@@ -144,11 +149,20 @@ class Worker(Generic[T]):
     def _run(self, work: Callable[[], T]) -> None:
         self._result = work()
 
+    def done(self) -> bool:
+        """Whether it has ended."""
+        return not self._thread.is_alive()
+
     def stop(self, grace: float) -> T | None:
         """Its result if it ends within ``grace`` seconds, else ``None``: a
         thread cannot be stopped, so ``work`` must watch for a signal of its own."""
         self._thread.join(grace)
         return None if self._thread.is_alive() else self._result
+
+
+#: Context managers written as generators, by flavour.
+async_contextmanager = contextlib.asynccontextmanager
+contextmanager = contextlib.contextmanager
 
 
 # --- running a rebuild function ----------------------------------------------------

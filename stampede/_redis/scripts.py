@@ -35,6 +35,7 @@ __all__ = [
     "RELEASE",
     "SWAP",
     "TOUCH",
+    "UNFILLED",
     "WRITE",
     "WRITES",
     "sharded",
@@ -48,6 +49,17 @@ NAMES = (
 )
 #: The scripts that change a value (the others take, renew or free leases, or read).
 WRITES = frozenset({"add", "commit", "incr", "invalidate", "swap", "touch", "write"})
+
+#: What a lease key holds instead of a token once a lease taken by a read
+#: ended without a value while the key was missing: a key that reads do not
+#: fill (a flag that is normally absent, a marker read and never set). Reads
+#: of it then miss at once, without a lease; any write of the key drops it.
+#: A token is 32 hex digits, so it can never look like this.
+UNFILLED = "!unfilled"
+
+_UNFILLED = f"""
+local UNFILLED = '{UNFILLED}'
+"""
 
 # The server's clock, in seconds: what orders writes from different hosts.
 _NOW = """
@@ -129,16 +141,26 @@ end
 """
 )
 
-# ARGV: token, lease_ms.
+# ARGV: token, lease_ms, reads ('r': the caller is a read, which a key marked
+# UNFILLED sends away without a lease; anything else: a rebuild, which has a
+# function to fill the key with, so it takes the lease over the mark).
 # -> {1, value-or-nil, won-at} when the caller holds the lease (the value
 #    lets it see a rebuild that landed between its read and its lease;
 #    won-at, the server's clock as text, is what a lapsed commit is fenced by);
-#    {0, lease pttl} when someone else holds it.
+#    {0, lease pttl} when someone else holds it; {2} when the key is missing
+#    and marked UNFILLED and the caller is a read.
 ACQUIRE = (
     _READ_VALUE
     + _NOW
+    + _UNFILLED
     + """
 local held = redis.call('GET', KEYS[2])
+if held == UNFILLED then
+  local value = read_value()
+  if ARGV[3] == 'r' and not value then return {2} end
+  redis.call('DEL', KEYS[2])
+  held = false
+end
 if held == ARGV[1] or redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {1, read_value(), server_now_text()}
 end
@@ -157,8 +179,14 @@ return {0, redis.call('PTTL', KEYS[2])}
 COMMIT = (
     _READ_VALUE
     + _SET_VALUE
+    + _UNFILLED
     + """
 local held = redis.call('GET', KEYS[2])
+if held == UNFILLED then
+  -- Nobody's lease: a read gave one up without a value after this lease lapsed.
+  redis.call('DEL', KEYS[2])
+  held = false
+end
 if held == ARGV[1] then
   redis.call('DEL', KEYS[2])
 else
@@ -194,15 +222,25 @@ return 1
 
 # Owner-checked release, announced to waiters: '0' (released without a
 # value) or '2' (ARGV[3]: a value was rebuilt but not stored; compete for the
-# lease). ARGV: token, channel, announcement. -> 1 released, 0 not ours.
-RELEASE = """
+# lease). With ARGV[4] ms (not '0'), a lease taken by a read whose unit of
+# work ended without writing: the key, if still missing, is marked UNFILLED
+# for that long. ARGV: token, channel, announcement, unfilled_ms.
+# -> 1 released, 0 not ours.
+RELEASE = (
+    _UNFILLED
+    + """
 if redis.call('GET', KEYS[2]) == ARGV[1] then
-  redis.call('DEL', KEYS[2])
+  if ARGV[4] and ARGV[4] ~= '0' and redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('SET', KEYS[2], UNFILLED, 'PX', ARGV[4])
+  else
+    redis.call('DEL', KEYS[2])
+  end
   redis.call('PUBLISH', ARGV[2], ARGV[3])
   return 1
 end
 return 0
 """
+)
 
 # Owner-checked renewal. ARGV: token, lease_ms. -> 1 renewed, 0 lost.
 EXTEND = """
@@ -212,13 +250,15 @@ end
 return 0
 """
 
-# What a waiter checks: -> {value-or-nil, lease pttl (-2: no lease)}.
+# What a waiter checks: -> {value-or-nil, lease pttl (-2: no lease, nor
+# anything but an UNFILLED mark)}.
 # Reading the lease (GET, not only PTTL) marks it used: under an LRU
 # maxmemory policy a lease that many wait on is not the first key evicted.
 PROBE = (
     _READ_VALUE
+    + _UNFILLED
     + """
-redis.call('GET', KEYS[2])
+if redis.call('GET', KEYS[2]) == UNFILLED then return {read_value(), -2} end
 return {read_value(), redis.call('PTTL', KEYS[2])}
 """
 )
@@ -271,8 +311,10 @@ return 1
 # -> 1 added, 0 something was there.
 ADD = (
     _SET_VALUE
+    + _UNFILLED
     + """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('GET', KEYS[2]) == UNFILLED then redis.call('DEL', KEYS[2]) end
 set_value(ARGV[1], ARGV[2])
 redis.call('PUBLISH', ARGV[3], '1')
 return 1

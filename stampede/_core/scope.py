@@ -1,0 +1,88 @@
+"""The leases one unit of work holds: :class:`LeaseScope`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .reads import Lease
+
+__all__ = ["LeaseScope"]
+
+
+def _raw(key: str | bytes) -> bytes:
+    # As the key space reads a key: a str and its UTF-8 bytes name one key.
+    return key.encode("utf-8", "surrogatepass") if isinstance(key, str) else bytes(key)
+
+
+class LeaseScope:
+    """The leases one unit of work (a request, a task, a job) holds, for
+    cache APIs where a read that misses is followed by the caller's own
+    write (``get``, compute, ``set``).
+
+    ``stampede.read(key, scope=scope)`` that misses and wins the key's lease
+    leaves the lease here: while the scope is open, it is renewed every
+    ``lease_ttl / 3`` (with ``renew``, up to ``max_lease_time``), so a unit of
+    work slower than ``lease_ttl`` keeps it; :meth:`take` hands it to the
+    write that follows (``commit(lease, value, store_if_lapsed=True)``); a
+    second read of the key by the same unit, before any write, gives it back.
+    When the unit ends, ``stampede.settle(scope)`` (or leaving
+    ``stampede.lease_scope()``) gives back the leases left: the waiters are
+    woken at once, and a key still missing is remembered (``unfilled_ttl``)
+    as one that reads do not fill, so later reads of it miss at once
+    instead of taking a lease. A unit of work that failed (:attr:`failed`)
+    gives its leases back without that mark. Should the process die, its
+    leases lapse within ``lease_ttl``.
+
+    Not bound to a flavour: a lease taken by the asyncio instance may be
+    settled by the blocking one of the same namespace and Redis, and the
+    reverse. Not thread-safe: one unit of work at a time uses it.
+    """
+
+    __slots__ = ("_held", "failed", "renew")
+
+    def __init__(self, *, renew: bool = True) -> None:
+        #: Whether the leases held are renewed while the scope is open:
+        #: ``False`` for a unit of work with no known end (a thread's own
+        #: reads), whose leases then live ``lease_ttl`` at most.
+        self.renew = renew
+        #: The unit of work failed (raised): its leases are given back
+        #: without marking their keys as ones that reads do not fill.
+        self.failed = False
+        self._held: dict[tuple[str, bytes], Lease] = {}
+
+    def holds(self, stampede: Any, key: str | bytes) -> bool:
+        """Whether this scope holds the lease on ``key`` of ``stampede`` (an
+        instance of either flavour)."""
+        return bool(self._held) and (stampede.namespace, _raw(key)) in self._held
+
+    def take(self, stampede: Any, key: str | bytes) -> Lease | None:
+        """Remove and return the lease this scope holds on ``key`` of
+        ``stampede``, if any: for the write that settles it (``commit`` or
+        ``release``; a ``set``, ``delete`` or ``add`` of the key cancels it in
+        Redis, and then the lease is only to be forgotten)."""
+        if not self._held:
+            return None
+        return self._held.pop((stampede.namespace, _raw(key)), None)
+
+    def leases(self) -> list[Lease]:
+        """The leases held, of every instance."""
+        return list(self._held.values())
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __repr__(self) -> str:
+        return f"<LeaseScope holding {len(self._held)} lease(s)>"
+
+    # --- for the drivers --------------------------------------------------------
+
+    def _hold(self, namespace: str, key: str | bytes, lease: Lease) -> None:
+        self._held[namespace, _raw(key)] = lease
+
+    def _take(self, namespace: str, key: str | bytes) -> Lease | None:
+        return self._held.pop((namespace, _raw(key)), None) if self._held else None
+
+    def _drain(self, namespace: str) -> list[Lease]:
+        """Remove and return the leases held of ``namespace``."""
+        mine = [name for name in self._held if name[0] == namespace]
+        return [self._held.pop(name) for name in mine]
