@@ -334,11 +334,12 @@ def app(
     ttl: int,
     render_seconds: float,
     stale_ttl: float = 60.0,
+    lease_ttl: float = 5.0,
 ) -> Iterator[Served]:
     """The sustained-load app of ``framework`` on ``backend`` under ``server``, in a working
     directory of its own (its log, its timelines), removed on the way out."""
     with tempfile.TemporaryDirectory(prefix="stampede-sustained-") as workdir:
-        config = AppConfig(backend, redis_url, namespace, ttl, stale_ttl, render_seconds, workdir)
+        config = AppConfig(backend, redis_url, namespace, ttl, stale_ttl, render_seconds, workdir, lease_ttl)
         with serve(server, framework, config) as served:
             yield served
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import asdict, dataclass
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["ENV", "AppConfig", "Backend"]
+__all__ = ["ENV", "AppConfig", "Backend", "flag_events", "flag_events_name"]
 
 #: The environment variable that carries an :class:`AppConfig` as JSON.
 ENV = "BENCH_SUSTAINED_APP"
@@ -30,6 +30,8 @@ class AppConfig:
     #: How long one render takes, and the :class:`bench._timeline.Timeline` directory.
     render_seconds: float
     timeline: str
+    #: For stampede: how long a lease lives unrenewed (``LEASE_TTL``).
+    lease_ttl: float = 5.0
 
     def to_env(self) -> dict[str, str]:
         return {ENV: json.dumps(asdict(self))}
@@ -41,3 +43,14 @@ class AppConfig:
         except KeyError:
             raise RuntimeError(f"{ENV} is not set: this app is started by bench._sustained") from None
         return cls(**json.loads(raw))
+
+
+def flag_events_name(namespace: str) -> str:
+    """The Redis hash in which a stampede app counts its flag keys' events, by kind."""
+    return f"{namespace}:flag-events"
+
+
+def flag_events(client: Any, namespace: str) -> dict[str, int]:
+    """The flag keys' events so far, by kind (``lease_won``, ``wait_timeout``, ``unfilled``...),
+    from ``client`` (a ``redis.Redis``)."""
+    return {kind.decode(): int(count) for kind, count in client.hgetall(flag_events_name(namespace)).items()}

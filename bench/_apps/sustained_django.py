@@ -11,6 +11,10 @@ Each page is cached the way Django's documentation, or stampede's, writes it:
   on a miss render and ``await cache.aset(key, body)``.
 - ``/ping``: not cached: how many renders of any page have ended (a request
   answered while others wait for a render says 0 if it came before it ended).
+- ``/flag`` and ``/aflag``: a sync and an async view that read a key nobody
+  ever sets (a flag that is normally absent: ``cache.get``, ``cache.aget``),
+  then work for :data:`FLAG_WORK` seconds. Under stampede, what the cache did
+  with the flag's keys is counted in Redis (``sustained_config.flag_events``).
 
 Each page logs its renders in a timeline of its own, named as its path.
 
@@ -21,28 +25,51 @@ request.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
 import django
+import redis
 from django.conf import settings
+
+import stampede
 
 from .._timeline import Timeline
 from .django_site import LOGGING
-from .sustained_config import AppConfig
+from .sustained_config import AppConfig, flag_events_name
 
 CONFIG = AppConfig.from_env()
 PAGES = ("page", "apage", "aaside")
 TIMELINES = {page: Timeline(CONFIG.timeline, page) for page in PAGES}
+#: What the flag pages do after reading their flag: seconds of work.
+FLAG_WORK = 0.05
+FLAG_KEYS = ("sustained:flag", "sustained:aflag")
+# Blocking: a crowd of greenlets counting at once waits for one of a few connections.
+_events = redis.Redis(
+    connection_pool=redis.BlockingConnectionPool.from_url(CONFIG.redis_url, max_connections=8, timeout=30)
+)
+
+
+def _count(event: stampede.Event) -> None:
+    if event.key.endswith(FLAG_KEYS):
+        _events.hincrby(flag_events_name(CONFIG.namespace), event.kind.value, 1)
 
 
 def _cache() -> dict[str, Any]:
     if CONFIG.backend == "stampede":
+        options = {
+            "STALE_TTL": CONFIG.stale_ttl,
+            "NAMESPACE": CONFIG.namespace,
+            "LEASE_TTL": CONFIG.lease_ttl,
+            "ON_EVENT": _count,
+        }
         return {
             "BACKEND": "django_stampede.StampedeCache",
             "LOCATION": CONFIG.redis_url,
             "TIMEOUT": CONFIG.ttl,
-            "OPTIONS": {"STALE_TTL": CONFIG.stale_ttl, "NAMESPACE": CONFIG.namespace},
+            "OPTIONS": options,
         }
     return {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -108,12 +135,26 @@ async def aaside(request: HttpRequest) -> HttpResponse:
     return HttpResponse(body)
 
 
+def flag(request: HttpRequest) -> HttpResponse:
+    shown = cache.get("sustained:flag")
+    time.sleep(FLAG_WORK)
+    return HttpResponse(b"on" if shown else b"off")
+
+
+async def aflag(request: HttpRequest) -> HttpResponse:
+    shown = await cache.aget("sustained:aflag")
+    await asyncio.sleep(FLAG_WORK)
+    return HttpResponse(b"on" if shown else b"off")
+
+
 urlpatterns = [
     path("ready", ready),
     path("ping", ping),
     path("page", page),
     path("apage", apage),
     path("aaside", aaside),
+    path("flag", flag),
+    path("aflag", aflag),
 ]
 
 cache.get("sustained:start-up-flag")  # a miss in the main thread, before any request
