@@ -33,6 +33,7 @@ _STAMPEDE_OPTIONS = {
     "BACKGROUND": "background",
     "BETA": "beta",
     "FAIL_OPEN": "fail_open",
+    "UNFILLED_TTL": "unfilled_ttl",
     "MAX_VALUE_SIZE": "max_value_size",
 }
 _OTHER_OPTIONS = {

@@ -82,7 +82,7 @@ class StampedeCache(BaseCache):
 
     ``OPTIONS`` in capitals are stampede's: ``STALE_TTL``, ``LEASE_TTL``,
     ``MAX_LEASE_TIME``, ``WAIT_TIMEOUT``, ``ON_WAIT_TIMEOUT``, ``BACKGROUND``,
-    ``BETA``, ``FAIL_OPEN`` and ``MAX_VALUE_SIZE`` (those of
+    ``BETA``, ``FAIL_OPEN``, ``UNFILLED_TTL`` and ``MAX_VALUE_SIZE`` (those of
     :class:`stampede.Options`), ``NAMESPACE`` (default ``"django"``),
     ``SERIALIZER`` (``"pickle"``, the default, ``"json"``, ``"json+zlib"``...,
     a dotted path or a serializer), ``SIGNING_KEY`` (below), ``ON_EVENT``,

@@ -41,6 +41,7 @@ _CORE_OPTIONS = {
     "on_wait_timeout",
     "beta",
     "fail_open",
+    "unfilled_ttl",
     "max_value_size",
 }
 _OWN_OPTIONS = {
@@ -184,7 +185,7 @@ class StampedeCache(BaseCache):
     - stampede's options that apply to a cache Flask-Caching drives by
       ``get`` and ``set``, in lower case: ``stale_ttl``, ``lease_ttl``,
       ``max_lease_time``, ``wait_timeout``, ``on_wait_timeout``, ``beta``,
-      ``fail_open``, ``max_value_size``;
+      ``fail_open``, ``unfilled_ttl``, ``max_value_size``;
     - ``namespace`` (default ``"flask-caching"``), ``serializer`` (default
       ``"pickle"``; ``CACHE_SERIALIZER``, a cachelib serializer, wins),
       ``signing_key`` (as the extension's ``STAMPEDE_SIGNING_KEY``: absent,

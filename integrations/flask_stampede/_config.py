@@ -42,6 +42,7 @@ _CORE = {
     "STAMPEDE_BACKGROUND": "background",
     "STAMPEDE_BETA": "beta",
     "STAMPEDE_FAIL_OPEN": "fail_open",
+    "STAMPEDE_UNFILLED_TTL": "unfilled_ttl",
     "STAMPEDE_MAX_VALUE_SIZE": "max_value_size",
 }
 _OWN = {

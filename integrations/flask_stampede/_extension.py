@@ -111,7 +111,7 @@ class Stampede:
       ``STAMPEDE_LEASE_TTL``, ``STAMPEDE_MAX_LEASE_TIME``,
       ``STAMPEDE_WAIT_TIMEOUT``, ``STAMPEDE_ON_WAIT_TIMEOUT``,
       ``STAMPEDE_BACKGROUND``, ``STAMPEDE_BETA``, ``STAMPEDE_FAIL_OPEN``,
-      ``STAMPEDE_MAX_VALUE_SIZE`` (those of :class:`stampede.Options`);
+      ``STAMPEDE_UNFILLED_TTL``, ``STAMPEDE_MAX_VALUE_SIZE`` (those of :class:`stampede.Options`);
       ``STAMPEDE_NAMESPACE`` (default ``"flask"``), ``STAMPEDE_SERIALIZER``
       (default ``"pickle"``), ``STAMPEDE_ON_EVENT``, ``STAMPEDE_NEAR_CACHE``,
       ``STAMPEDE_TAG_CHECK_INTERVAL``, ``STAMPEDE_COMPRESS_ABOVE``.
