@@ -278,3 +278,13 @@ async def test_a_lease_taken_by_asyncio_is_settled_by_the_blocking_instance(
         await asyncio.to_thread(sf.settle, scope)
         assert len(asf._keeper) == 0
         assert client.get(keys("k").lease) == UNFILLED.encode()
+
+
+def test_closing_the_instance_stops_renewing(
+    redis_url: str, namespace: str, client: redis.Redis, keys: KeySpace
+) -> None:
+    sf = stampede.Stampede.from_url(redis_url, namespace=namespace, lease_ttl=0.3)
+    scope = LeaseScope()
+    assert sf.read("k", scope=scope).lease is not None
+    sf.close()
+    wait_until(lambda: client.get(keys("k").lease) is None)

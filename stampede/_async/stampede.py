@@ -810,9 +810,11 @@ class Stampede(AsyncOperations):
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Wait for background refreshes to finish; close the client too if
-        :meth:`from_url` created it."""
+        """Wait for background refreshes to finish, stop renewing the leases
+        scopes hold (they lapse within ``lease_ttl``); close the client too
+        if :meth:`from_url` created it."""
         await self._background.join()
+        self._keeper.stop()
         if self._near is not None:
             self._subscriber.untrack(self._near)
             self._subscriber.untrack(self._settings.tags)

@@ -60,6 +60,13 @@ class LeaseKeeper:
     def __len__(self) -> int:
         return len(self._kept)
 
+    def stop(self) -> None:
+        """Renew nothing more (the instance closes); its worker ends at its next wake."""
+        with self._lock:
+            for lease in self._kept:
+                lease._keeper = None
+            self._kept.clear()
+
     def forked(self) -> None:
         """In a child process just forked: the worker did not come along, and
         the leases are the parent's to renew."""
