@@ -37,7 +37,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import weakref
+from collections.abc import Iterator
 from contextvars import ContextVar, Token
+from operator import methodcaller
 from types import TracebackType
 from typing import Any
 
@@ -220,8 +222,7 @@ def fail_request(**kwargs: Any) -> None:
 
 
 def end_request(**kwargs: Any) -> None:
-    """``request_finished`` receiver: store the header lists still waiting for
-    their page, then settle the request's scopes (see :func:`_settle`)."""
+    """``request_finished`` receiver: settle the request (see :func:`_settling`)."""
     request = _asgi_request()
     if request is not None:
         with _by_request_lock:
@@ -235,30 +236,31 @@ def end_request(**kwargs: Any) -> None:
         _settle(unit)
 
 
-def _settle(unit: _Unit) -> None:
-    """Give back the leases of reads the unit never followed with a write
-    (its view chose not to cache, or never meant to: a flag that is normally
-    absent), so that waiters go on at once and later reads of a key still
-    missing miss at once (see ``stampede.LeaseScope``)."""
+def _settling(unit: _Unit) -> Iterator[tuple[CacheConfig, methodcaller]]:
+    """The core calls that settle ``unit``, each with its cache: store the
+    header lists still waiting for their page, then give back the leases of
+    reads the unit never followed with a write (its view chose not to cache,
+    or never meant to: a flag that is normally absent), so that waiters go
+    on at once and later reads of a key still missing miss at once (see
+    ``stampede.LeaseScope``)."""
     unit.ended = True
     deferred, unit.deferred = unit.deferred, []
     scopes, unit.scopes = unit.scopes, {}
     for config, lease, value, ttl in deferred:
-        sync_core(config).commit(lease, value, ttl=ttl, store_if_lapsed=True)
+        yield config, methodcaller("commit", lease, value, ttl=ttl, store_if_lapsed=True)
     for config, held in scopes.items():
         held.failed = held.failed or unit.failed
-        sync_core(config).settle(held)
+        yield config, methodcaller("settle", held)
+
+
+def _settle(unit: _Unit) -> None:
+    for config, call in _settling(unit):
+        call(sync_core(config))
 
 
 async def _asettle(unit: _Unit) -> None:
-    unit.ended = True
-    deferred, unit.deferred = unit.deferred, []
-    scopes, unit.scopes = unit.scopes, {}
-    for config, lease, value, ttl in deferred:
-        await async_core(config).commit(lease, value, ttl=ttl, store_if_lapsed=True)
-    for config, held in scopes.items():
-        held.failed = held.failed or unit.failed
-        await async_core(config).settle(held)
+    for config, call in _settling(unit):
+        await call(async_core(config))
 
 
 def lease_scope() -> UnitOfWork:

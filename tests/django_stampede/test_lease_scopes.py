@@ -14,14 +14,19 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import time
 from typing import Any
 
+import django_stampede
 import pytest
 import redis
+from django.core.cache import caches
+from django.test import override_settings
 
 from bench import _sustained
 from bench._apps.sustained_config import flag_events
 from bench._timeline import Render
+from stampede._redis.scripts import UNFILLED
 from stampede.testing._app_servers import SERVERS, Server
 from tests.django_stampede import workers
 from tests.sustained import check_load
@@ -147,3 +152,74 @@ def test_cache_aside_in_worker_processes_renders_once_per_window(redis_url: str)
     assert all(body == "rendered" for bodies in served for body in bodies)
     assert len(renders) >= 2  # it expired meanwhile
     assert _sustained.window_overlaps(renders, ttl=1) == []
+
+
+def _cache_entry(**options: Any) -> dict[str, Any]:
+    options.setdefault("NAMESPACE", _namespace("scope"))
+    return {
+        "BACKEND": "django_stampede.StampedeCache",
+        "LOCATION": os.environ["STAMPEDE_TEST_REDIS_URL"],
+        "OPTIONS": options,
+    }
+
+
+def _lease_value(cache: Any, key: str) -> bytes | None:
+    core = cache.stampede
+    lease: bytes | None = core.client.get(core._keys(cache.make_key(key)).lease)
+    return lease
+
+
+def test_lease_scope_outside_requests_renews_and_commits() -> None:
+    with override_settings(CACHES={"default": _cache_entry(LEASE_TTL=0.3)}):
+        cache = caches["default"]
+        with django_stampede.lease_scope():
+            assert cache.get("report") is None
+            token = _lease_value(cache, "report")
+            assert token is not None
+            time.sleep(1.0)  # three lease times: renewed while the block runs
+            assert _lease_value(cache, "report") == token
+            cache.set("report", "rendered")
+        assert cache.get("report") == "rendered"
+        assert _lease_value(cache, "report") is None
+        cache.clear()
+
+
+def test_lease_scope_that_never_sets_leaves_the_key_unfilled() -> None:
+    with override_settings(CACHES={"default": _cache_entry()}):
+        cache = caches["default"]
+        with django_stampede.lease_scope():
+            assert cache.get("flag") is None
+        assert _lease_value(cache, "flag") == UNFILLED.encode()
+        with django_stampede.lease_scope():
+            assert cache.get("flag") is None  # at once, without a lease
+            assert _lease_value(cache, "flag") == UNFILLED.encode()
+        cache.clear()
+
+
+def test_lease_scope_that_raises_gives_its_leases_back_plainly() -> None:
+    with override_settings(CACHES={"default": _cache_entry()}):
+        cache = caches["default"]
+
+        def task() -> None:
+            with django_stampede.lease_scope():
+                cache.get("page")  # a miss: the block holds the lease
+                raise RuntimeError("task failed")
+
+        with pytest.raises(RuntimeError, match="task failed"):
+            task()
+        assert _lease_value(cache, "page") is None
+        cache.clear()
+
+
+async def test_async_lease_scope_settles_on_the_event_loop() -> None:
+    with override_settings(CACHES={"default": _cache_entry()}):
+        cache = caches["default"]
+        async with django_stampede.lease_scope():
+            assert await cache.aget("flag") is None
+            assert _lease_value(cache, "flag") not in (None, UNFILLED.encode())
+        assert _lease_value(cache, "flag") == UNFILLED.encode()
+        async with django_stampede.lease_scope():
+            assert await cache.aget("page") is None
+            await cache.aset("page", "rendered")
+        assert await cache.aget("page") == "rendered"
+        await cache.aclear()
