@@ -9,7 +9,9 @@ where a scenario allows. The many-waiters scenario (``--scenario many``,
 :mod:`bench.manywaiters`) needs no peer and no worker: it runs stampede's
 entry points one cell at a time, each on a fresh redis-server; so does the
 sustained-load scenario (``--scenario sustained``, :mod:`bench.sustained`),
-with stock Django and Flask-Caching beside it, page by page. The tables
+with stock Django and Flask-Caching beside it, page by page; and so does the
+never-written-key scenario (``--scenario unwritten``, :mod:`bench.unwritten`),
+Django's ``RedisCache`` beside ``StampedeCache``, part by part. The tables
 also go to ``bench/results/latest.md`` and the plot to
 ``bench/results/latest.png``; progress goes to stderr.
 """
@@ -35,7 +37,19 @@ import redis
 import stampede
 from stampede.testing import RedisServer
 
-from . import _servers, coherence, cold, hitpath, hot, manywaiters, plot, summary, sustained, topologies
+from . import (
+    _servers,
+    coherence,
+    cold,
+    hitpath,
+    hot,
+    manywaiters,
+    plot,
+    summary,
+    sustained,
+    topologies,
+    unwritten,
+)
 from ._load import WorkerError, run_phases
 from ._meter import CommandMeter
 from ._phase import Phase, PhaseResult
@@ -47,7 +61,7 @@ from .summary import Figures
 
 PROCESSES = 4
 THREADS = 16
-SCENARIOS = ("hit", "cold", "hot", "coherence", "many", "sustained", "cluster")
+SCENARIOS = ("hit", "cold", "hot", "coherence", "many", "sustained", "unwritten", "cluster")
 #: The scenarios of the worker processes' load (:func:`run`); coherence has processes of its own.
 LOAD = ("hit", "cold", "hot")
 RESULTS = Path(__file__).resolve().parent / "results" / "latest.md"
@@ -81,7 +95,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help="fewer rounds and shorter runs of hit, cold and hot (~1 min); many is unchanged (see --many-n)",
+        help="fewer rounds and shorter runs of hit, cold, hot and unwritten (~1 min); many is unchanged "
+        "(see --many-n)",
     )
     parser.add_argument(
         "--scenario",
@@ -103,6 +118,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="append",
         choices=[row.name for row in sustained.ROWS],
         help="sustained: run only this page under this server (repeatable; default: all installed)",
+    )
+    parser.add_argument(
+        "--unwritten-part",
+        type=int,
+        action="append",
+        choices=unwritten.PARTS,
+        help="unwritten: run only this part (repeatable; default: all)",
     )
     parser.add_argument(
         "--many-entry",
@@ -148,10 +170,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = QUICK if args.quick else FULL
     chosen = [name for name in SCENARIOS if name in (args.scenario or SCENARIOS)]
-    # "many", "sustained" and "cluster" need no peer: they measure stampede alone or beside the
-    # frameworks' stock caches (bench.manywaiters; bench.sustained; bench.topologies, on one
-    # server and on a cluster).
-    peer_scenarios = [name for name in chosen if name not in ("many", "sustained", "cluster")]
+    # "many", "sustained", "unwritten" and "cluster" need no peer: they measure stampede alone or
+    # beside the frameworks' stock caches (bench.manywaiters; bench.sustained; bench.unwritten;
+    # bench.topologies, on one server and on a cluster).
+    peer_scenarios = [name for name in chosen if name not in ("many", "sustained", "unwritten", "cluster")]
     asked = [peer for peer in PEERS if peer.name in (args.peer or [p.name for p in PEERS])]
     # A peer that takes part in none of the chosen scenarios (a hit-only one with --scenario cold)
     # has nothing to run: no server, no warm-up, no row.
@@ -178,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     where = version = ""
     many: Section | None = None
     lasting: Section | None = None
+    unwritten_sections: list[Section] = []
     coherent: Section | None = None
     topology: Section | None = None
     try:
@@ -198,6 +221,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             binary = _servers.default_binary()  # every row's server is a fresh one of these
             found = _servers.redis_version(binary) if binary else None
             version = version or (".".join(map(str, found)) if found else "")
+        if "unwritten" in chosen:
+            unwritten_sections = unwritten.run(
+                parts=args.unwritten_part or unwritten.PARTS, quick=args.quick, log=log
+            )
+            version = version or unwritten.redis_version()
         if "cluster" in chosen:
             log("cluster: one server and a 3-master cluster, Redis 6.2 and Valkey 8")
             topology = topologies.section(trials=3 if args.quick else 7, seconds=2.0 if args.quick else 4.0)
@@ -225,6 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sections.append(many)
     if lasting is not None:
         sections.append(lasting)
+    sections.extend(unwritten_sections)
     if coherent is not None:
         sections.append(coherent)
     if topology is not None:

@@ -21,6 +21,16 @@ from tests.helpers import wait_until
 from tests.observers import record, recorded
 
 
+class _StoppedClock:
+    """Wall-clock time as it is; monotonic time that does not pass."""
+
+    time = staticmethod(time.time)
+
+    @staticmethod
+    def monotonic() -> float:
+        return 1000.0
+
+
 def kinds_of(namespace: str, kind: EventKind) -> int:
     return recorded(namespace).count(kind)
 
@@ -183,6 +193,7 @@ def test_add_fills_an_unfilled_key(
     assert sf.read("counter") == stampede.Read(True, 1)
 
 
+@pytest.mark.usefixtures("settled")
 def test_a_late_commit_after_the_key_was_marked_still_stores(
     make_driver: Callable[..., Any], client: redis.Redis, keys: KeySpace
 ) -> None:
@@ -288,3 +299,25 @@ def test_closing_the_instance_stops_renewing(
     assert sf.read("k", scope=scope).lease is not None
     sf.close()
     wait_until(lambda: client.get(keys("k").lease) is None)
+
+
+def test_a_process_that_found_a_key_unfilled_asks_redis_only_for_its_value(
+    make_driver: Callable[..., Any], server: Any
+) -> None:
+    # Reads of a key that reads do not fill cost one GET each, as a stock
+    # cache's: the process remembers the mark for a moment (a moment that,
+    # on this clock, does not pass).
+    sf = make_driver(server.url, on_event=record, clock=_StoppedClock())
+    scope = LeaseScope()
+    assert sf.read("flag", scope=scope).lease is not None
+    sf.settle(scope)
+    assert sf.read("flag").unfilled
+    with redis.Redis.from_url(server.url) as client:
+        before = int(client.info("stats")["total_commands_processed"])
+        for _ in range(5):
+            assert sf.read("flag") == stampede.Read(False, unfilled=True)
+        # INFO itself is counted once, when read.
+        assert int(client.info("stats")["total_commands_processed"]) - before <= 5 + 1
+    # A write of the key by this process ends it at once.
+    sf.set("flag", "on")
+    assert sf.read("flag") == stampede.Read(True, "on")

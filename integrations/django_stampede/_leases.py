@@ -35,6 +35,7 @@ marking their keys as ones that reads do not fill.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import weakref
 from collections.abc import Iterator
@@ -76,8 +77,8 @@ class _Unit:
 
     def __init__(self, *, owned: bool) -> None:
         self.scopes: dict[CacheConfig, LeaseScope] = {}
-        # Header lists whose commit waits for their page: (config, lease, value, ttl).
-        self.deferred: list[tuple[CacheConfig, Lease, Any, int | None]] = []
+        # Header lists whose commit waits for their page: (config, lease, value, ttl, stale_ttl).
+        self.deferred: list[tuple[CacheConfig, Lease, Any, int | None, float]] = []
         self.ended = False
         self.failed = False
         # A thread's own reads have no known end: nothing renews their leases.
@@ -148,9 +149,32 @@ def _unit(create: bool) -> _Unit | None:
         return unit
     if not create:
         return None
-    unit = _Unit(owned=True)
+    unit = _Unit(owned=not _in_unstarted_request())
     _current.set(unit)
     return unit
+
+
+#: Whether ``begin_request`` has run in this process: from then on, every
+#: request has its unit before its view runs.
+_requests_seen = False
+
+
+def _in_unstarted_request() -> bool:
+    """Whether this thread runs a request whose start this module missed: the
+    cache was first used in that request's view (nothing touched it at
+    start-up), so its receivers were connected after ``request_started`` was
+    sent. Only asked until a request start is seen; then it is never so."""
+    if _requests_seen:
+        return False
+    from django.core.handlers.base import BaseHandler
+
+    handling = BaseHandler.get_response.__code__
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is handling:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def scope(config: CacheConfig) -> LeaseScope:
@@ -184,17 +208,19 @@ def forget_all(config: CacheConfig) -> list[Lease]:
     return [lease for lease in held.leases() if held.take(core, lease.key) is not None]
 
 
-def defer(config: CacheConfig, lease: Lease, value: Any, ttl: int | None) -> None:
+def defer(config: CacheConfig, lease: Lease, value: Any, ttl: int | None, stale_ttl: float) -> None:
     unit = _unit(create=True)
     assert unit is not None
-    unit.deferred.append((config, lease, value, ttl))
+    unit.deferred.append((config, lease, value, ttl, stale_ttl))
 
 
-def take_deferred(config: CacheConfig) -> list[tuple[Lease, Any, int | None]]:
+def take_deferred(config: CacheConfig) -> list[tuple[Lease, Any, int | None, float]]:
     unit = _unit(create=False)
     if unit is None or not unit.deferred:
         return []
-    mine = [(lease, value, ttl) for owner, lease, value, ttl in unit.deferred if owner == config]
+    mine = [
+        (lease, value, ttl, stale) for owner, lease, value, ttl, stale in unit.deferred if owner == config
+    ]
     unit.deferred = [item for item in unit.deferred if item[0] != config]
     return mine
 
@@ -206,6 +232,8 @@ def begin_request(**kwargs: Any) -> None:
     (this receiver runs in a task and a thread of its own there, so a
     context variable set here would be lost); under WSGI in the request's
     own context."""
+    global _requests_seen
+    _requests_seen = True
     request = _asgi_request()
     if request is not None:
         with _by_request_lock:
@@ -229,8 +257,14 @@ def end_request(**kwargs: Any) -> None:
             unit = _by_request.pop(request, None)
     else:
         unit = _current.get()
-        if unit is None or unit.thread is not None:
-            return  # not a request's: its thread or task settles it
+        if unit is None:
+            return
+        if unit.thread is not None and (unit.thread != threading.get_ident() or unit.ended):
+            return  # not this request's: its thread or task settles it
+        # A unit of this thread's own, found at a request's end: the request
+        # made it, before this module's receivers were connected (the cache
+        # was first used in the request's view, as when nothing touches it
+        # at start-up); begin_request would have made a request's otherwise.
         _current.set(None)  # nothing copied from this context later sees the ended request
     if unit is not None:
         _settle(unit)
@@ -246,8 +280,8 @@ def _settling(unit: _Unit) -> Iterator[tuple[CacheConfig, methodcaller]]:
     unit.ended = True
     deferred, unit.deferred = unit.deferred, []
     scopes, unit.scopes = unit.scopes, {}
-    for config, lease, value, ttl in deferred:
-        yield config, methodcaller("commit", lease, value, ttl=ttl, store_if_lapsed=True)
+    for config, lease, value, ttl, stale_ttl in deferred:
+        yield config, methodcaller("commit", lease, value, ttl=ttl, stale_ttl=stale_ttl, store_if_lapsed=True)
     for config, held in scopes.items():
         held.failed = held.failed or unit.failed
         yield config, methodcaller("settle", held)

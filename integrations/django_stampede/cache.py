@@ -286,11 +286,14 @@ class StampedeCache(BaseCache):
             tags = tags or _page_tags(value)
             if ttl == 0:
                 yield _call("delete", made)
+            elif _is_header_key(key):
+                stale_ttl = self._header_stale_ttl()
+                if lease is not None:
+                    leases.defer(self._config, lease, value, ttl, stale_ttl)
+                    return
+                yield _call("set", made, value, ttl=ttl, stale_ttl=stale_ttl)
             elif lease is None:
                 yield _call("set", made, value, ttl=ttl, tags=tags)
-            elif _is_header_key(key):
-                leases.defer(self._config, lease, value, ttl)
-                return
             else:
                 yield _call("commit", lease, value, ttl=ttl, store_if_lapsed=True, tags=tags or None)
             yield from self._commit_deferred()
@@ -304,8 +307,18 @@ class StampedeCache(BaseCache):
     def _commit_deferred(self) -> _Plan[None]:
         # The page is stored: now announce its header list, so that requests
         # woken by it find the page too.
-        for lease, value, ttl in leases.take_deferred(self._config):
-            yield _call("commit", lease, value, ttl=ttl, store_if_lapsed=True)
+        for lease, value, ttl, stale_ttl in leases.take_deferred(self._config):
+            yield _call("commit", lease, value, ttl=ttl, stale_ttl=stale_ttl, store_if_lapsed=True)
+
+    def _header_stale_ttl(self) -> float:
+        """How long a header list is kept past its timeout: past its page's
+        (``STALE_TTL``) and that page's next render (``MAX_LEASE_TIME`` at
+        most). A header list outlives its page, so that the requests that
+        find the page gone read the page's key, whose one lease decides who
+        renders it; were the header list gone too, the request that took its
+        lease would render the page beside the one holding the page's."""
+        options = self._core.options
+        return options.stale_ttl + options.max_lease_time
 
     def add(
         self,

@@ -45,6 +45,7 @@ __all__ = [
     "Reread",
     "Sleep",
     "Standby",
+    "UnfilledKeys",
     "Wait",
     "Waited",
     "envelope_of",
@@ -339,6 +340,36 @@ class BusyLeases:
         self._until.pop(name, None)
 
 
+class UnfilledKeys:
+    """Per process: the missing keys a read found marked as ones that reads do
+    not fill (see ``scripts.UNFILLED``), and until when (monotonic). A read
+    that finds such a key missing again misses at once, without asking for
+    the lease: one ``GET`` per read, as for a stock cache. A write of the key
+    by this process forgets it; another process's write shows in the ``GET``."""
+
+    __slots__ = ("_until",)
+
+    def __init__(self) -> None:
+        self._until: dict[bytes, float] = {}
+
+    def known(self, name: bytes, now: float) -> bool:
+        """Whether ``name`` was found marked, and may still be, at ``now``."""
+        until = self._until.get(name)
+        return until is not None and now < until
+
+    def note(self, name: bytes, now: float, mark_pttl_ms: int) -> None:
+        """``name`` was found marked, ``mark_pttl_ms`` from the mark's expiry."""
+        if mark_pttl_ms > 0:
+            until = self._until
+            if len(until) >= 4096:
+                until.clear()  # a bound on memory; forgetting only costs a lease request
+            until[name] = now + min(mark_pttl_ms / 1000, BUSY_MEMO_SECONDS)
+
+    def forget(self, name: bytes) -> None:
+        """A write of this process: ask Redis again next time."""
+        self._until.pop(name, None)
+
+
 def renew_interval(lease_ttl: float) -> float:
     """How often the watchdog renews a lease: three chances before it lapses."""
     return lease_ttl / 3
@@ -381,6 +412,8 @@ class Flow:
             another caller of its process first).
         busy: the process's :class:`BusyLeases`, consulted before a stale
             value's lease is asked for.
+        unfilled_keys: the process's :class:`UnfilledKeys`, told of a key a
+            read found marked as one that reads do not fill.
         tags: the ids of the tags the rebuilt value carries.
         fails_over: the primary can be replaced (a Redis Cluster, a
             Sentinel-managed master): when it fails, a replica's value is
@@ -404,6 +437,7 @@ class Flow:
         fails_over: bool = False,
         missed: bool = False,
         busy: BusyLeases | None = None,
+        unfilled_keys: UnfilledKeys | None = None,
         tags: tuple[bytes, ...] = (),
     ) -> None:
         self.keys = keys
@@ -419,6 +453,7 @@ class Flow:
         self.fails_over = fails_over
         self.missed = missed
         self.busy = busy
+        self.unfilled_keys = unfilled_keys
         self.tags = tags
         #: What the value rebuilt records of its groups (see :class:`Capture`).
         self.captured = UNTAGGED
@@ -596,6 +631,8 @@ class Flow:
                 # read that took its lease): a miss at once, for this caller alone.
                 self.emit(EventKind.UNFILLED)
                 self.unfilled = True
+                if self.unfilled_keys is not None:
+                    self.unfilled_keys.note(self.keys.value, clock.monotonic(), acquired.lease_pttl)
                 return (yield from self._alone())
             if acquired.won:
                 self.emit(EventKind.LEASE_WON)

@@ -33,6 +33,7 @@ from .flow import (
     Refused,
     Release,
     SystemClock,
+    UnfilledKeys,
     envelope_of,
 )
 from .keys import Keys, KeySpace
@@ -118,6 +119,7 @@ class Settings:
         self._now = self.clock.time  # bound once: it is on every hit
         #: Keys another process was found refreshing: not asked again for a moment.
         self.busy = BusyLeases()
+        self.unfilled = UnfilledKeys()
 
     # --- options, keys, events ---------------------------------------------
 
@@ -332,8 +334,19 @@ class Settings:
             emit,
             fails_over=fails_over,
             busy=self.busy,
+            unfilled_keys=self.unfilled,
             **kwargs,
         )
+
+    def known_unfilled(self, keys: Keys) -> Read | None:
+        """A ``read`` of ``keys``, found missing: a miss at once if this process
+        found it marked as a key that reads do not fill moments ago (see
+        :class:`~stampede._core.flow.UnfilledKeys`), else ``None``."""
+        if not self.unfilled.known(keys.value, self.clock.monotonic()):
+            return None
+        self.emit(keys, EventKind.MISS)
+        self.emit(keys, EventKind.UNFILLED)
+        return Read(False, unfilled=True)
 
     def read_timed_out(self, keys: Keys, options: Options) -> Read:
         """A ``read`` that waited ``wait_timeout`` in vain for its process's flight."""
@@ -530,9 +543,7 @@ class Settings:
                 return Acquired(
                     True, reply[1], won_at=won_at.decode() if isinstance(won_at, bytes) else won_at
                 )
-            if len(reply) == 1:
-                return Acquired(False, unfilled=True)
-            return Acquired(False, lease_pttl=int(reply[1]))
+            return Acquired(False, lease_pttl=int(reply[1]), unfilled=reply[0] == 2)
         if isinstance(op, Commit):
             if isinstance(reply, list):
                 return Refused(reply[1] if len(reply) > 1 else None)

@@ -147,8 +147,8 @@ end
 # -> {1, value-or-nil, won-at} when the caller holds the lease (the value
 #    lets it see a rebuild that landed between its read and its lease;
 #    won-at, the server's clock as text, is what a lapsed commit is fenced by);
-#    {0, lease pttl} when someone else holds it; {2} when the key is missing
-#    and marked UNFILLED and the caller is a read.
+#    {0, lease pttl} when someone else holds it; {2, mark pttl} when the key
+#    is missing and marked UNFILLED and the caller is a read.
 ACQUIRE = (
     _READ_VALUE
     + _NOW
@@ -157,7 +157,7 @@ ACQUIRE = (
 local held = redis.call('GET', KEYS[2])
 if held == UNFILLED then
   local value = read_value()
-  if ARGV[3] == 'r' and not value then return {2} end
+  if ARGV[3] == 'r' and not value then return {2, redis.call('PTTL', KEYS[2])} end
   redis.call('DEL', KEYS[2])
   held = false
 end

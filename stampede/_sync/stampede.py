@@ -531,6 +531,7 @@ class Stampede(Operations):
             for keys in written:
                 value = keys.value
                 self._settings.busy.forget(value)
+                self._settings.unfilled.forget(value)
                 if near is not None:
                     near.invalidate([value])  # this process sees its own write at once
                 self._flights.overtake(value, (value, "read"), (value, "after-wait"))
@@ -597,6 +598,10 @@ class Stampede(Operations):
         lookup = self._first_read(keys, options, key)
         if isinstance(lookup, Entry):
             return Read(True, lookup.value)
+        if lookup.entry is None and lookup.error is None:
+            unfilled = self._settings.known_unfilled(keys)
+            if unfilled is not None:
+                return unfilled
         can_wait = can_block()
         flight_key = (keys.value, "read")
         deadline = self._clock.monotonic() + options.wait_timeout
