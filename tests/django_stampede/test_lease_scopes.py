@@ -21,7 +21,7 @@ import django_stampede
 import pytest
 import redis
 from django.core.cache import caches
-from django.test import override_settings
+from django.test import Client, override_settings
 
 from bench import _sustained
 from bench._apps.sustained_config import flag_events
@@ -223,3 +223,36 @@ async def test_async_lease_scope_settles_on_the_event_loop() -> None:
             await cache.aset("page", "rendered")
         assert await cache.aget("page") == "rendered"
         await cache.aclear()
+
+
+def test_a_request_that_first_uses_the_cache_settles_its_leases(redis_url: str) -> None:
+    # Nothing touched the cache at start-up: the backend's request receivers
+    # were connected during the first request, after it had started. That
+    # request's lease is still the request's: given back when it ends.
+    queue = _spawn.Queue()
+    process = _spawn.Process(
+        target=workers.first_request_reads_a_flag, args=(redis_url, _namespace("first"), queue)
+    )
+    process.start()
+    try:
+        assert queue.get(timeout=120) == UNFILLED.encode()
+    finally:
+        process.join(30)
+    assert process.exitcode == 0
+
+
+def test_a_header_list_outlives_its_page() -> None:
+    # When the page expires, requests still find its header list, read the
+    # page's key and render under that key's one lease: were the header list
+    # gone at about the same time, a request holding its lease would render
+    # the page beside the one holding the page's.
+    with override_settings(CACHES={"default": _cache_entry()}):
+        cache = caches["default"]
+        core = cache.stampede
+        assert Client().get("/page/").status_code == 200
+        names = {name.decode() for name in core.client.scan_iter(match=f"{core.namespace}:*")}
+        [header] = [name for name in names if "cache_header" in name and "}:" not in name]
+        [page] = [name for name in names if "cache_page" in name and "}:" not in name]
+        options = core.options
+        assert core.client.pttl(header) > core.client.pttl(page) + options.max_lease_time * 1000 - 5000
+        cache.clear()

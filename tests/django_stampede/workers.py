@@ -69,3 +69,45 @@ def cache_aside(
         served.append(body)
         time.sleep(0.01)
     queue.put(served)
+
+
+def first_request_reads_a_flag(url: str, namespace: str, queue: Any) -> None:
+    """A fresh process whose first request is the first use of the cache (so the
+    backend's receivers are connected after that request started): the
+    request reads a key nobody sets. Puts the lease key's value afterwards."""
+    import django
+    from django.conf import settings
+    from django.http import HttpResponse
+    from django.urls import path
+
+    def flag(request: Any) -> HttpResponse:
+        from django.core.cache import cache
+
+        return HttpResponse(b"on" if cache.get("flag") else b"off")
+
+    settings.configure(
+        SECRET_KEY="workers-test-not-secret",
+        ALLOWED_HOSTS=["testserver"],
+        ROOT_URLCONF=__name__,
+        CACHES={
+            "default": {
+                "BACKEND": "django_stampede.StampedeCache",
+                "LOCATION": url,
+                "OPTIONS": {"NAMESPACE": namespace},
+            }
+        },
+    )
+    django.setup()
+    global urlpatterns
+    urlpatterns = [path("flag", flag)]
+    from django.test import Client
+
+    assert "django_stampede" not in __import__("sys").modules  # nothing touched the cache yet
+    assert Client().get("/flag").content == b"off"
+    from django.core.cache import cache
+
+    core = cache.stampede
+    queue.put(core.client.get(core._keys(cache.make_key("flag")).lease))
+
+
+urlpatterns: list[Any] = []
