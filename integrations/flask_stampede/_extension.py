@@ -217,21 +217,27 @@ class Stampede:
                     return _replayed(read.value, state.settings, options)
 
                 def render() -> Response:
-                    # With the lease: render, then store (fenced) or give the
-                    # lease up. Without: render for this request alone.
+                    # This request's unit of work: its scope gives back what
+                    # is left (a lease not used to store) however it ends.
+                    try:
+                        return render_and_store()
+                    except BaseException:
+                        scope.failed = True
+                        raise
+                    finally:
+                        core.settle(scope)
+
+                def render_and_store() -> Response:
+                    # With the lease: render, then store (fenced). Without:
+                    # render for this request alone.
                     try:
                         response = current_app.make_response(current_app.ensure_sync(view)(*args, **kwargs))
                     except Exception:
-                        scope.failed = True
-                        core.settle(scope)
                         if read.stale is None:
                             raise
+                        scope.failed = True
                         logger.warning("view for %r raised; serving its stale value", key, exc_info=True)
                         return _replayed(read.stale.value, state.settings, options)
-                    except BaseException:
-                        scope.failed = True
-                        core.settle(scope)
-                        raise
                     response.direct_passthrough = False  # send_file: read the body, to store it
                     storable = _storable(response, cache_errors) and (
                         response_filter is None or response_filter(response)
@@ -248,10 +254,9 @@ class Stampede:
                         _label(response, state.settings, options, "MISS", snapshot.fresh_until)
                     else:
                         # Refused for the cache (an error, a cookie...): this
-                        # request's alone; the lease is given back below, and
-                        # until a page is stored, requests render their own.
+                        # request's alone; the lease is given back, and until
+                        # a page is stored, requests render their own.
                         _label(response, state.settings, options, "MISS", None)
-                    core.settle(scope)
                     return response
 
                 if read.lease is not None and read.stale is not None and options.background:

@@ -144,3 +144,26 @@ def test_cached_a_page_never_stored_makes_nobody_wait_and_is_stored_once_it_can_
     assert first.startswith("render ")
     # Stored by that render, though no lease was taken for it: served from now on.
     assert [fetch(url)[1] for _ in range(3)] == [first] * 3
+
+
+def test_cached_gives_its_lease_back_whatever_fails_after_the_view(app: Flask) -> None:
+    ext = flask_stampede.Stampede(app)
+
+    def broken_filter(response: Response) -> bool:
+        raise RuntimeError("a broken response_filter")
+
+    @app.get("/filtered")
+    @ext.cached(ttl=60, response_filter=broken_filter)
+    def filtered() -> str:
+        return "page"
+
+    app.testing = True
+    with pytest.raises(RuntimeError, match="a broken response_filter"):
+        app.test_client().get("/filtered")
+    with app.app_context():
+        core = ext.stampede
+        lease = core.client.get(core._keys("view//filtered").lease)
+    # Given back at once (a failed unit of work: no unfilled mark), not kept
+    # and renewed until max_lease_time.
+    assert lease is None
+    assert len(core._keeper) == 0
