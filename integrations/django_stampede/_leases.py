@@ -35,6 +35,7 @@ marking their keys as ones that reads do not fill.
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
 import weakref
@@ -63,6 +64,7 @@ __all__ = [
     "end_request",
     "fail_request",
     "forget_all",
+    "holds",
     "lease_scope",
     "scope",
     "take",
@@ -73,14 +75,17 @@ __all__ = [
 class _Unit:
     """One unit of work's scopes (one per cache) and deferred writes."""
 
-    __slots__ = ("deferred", "ended", "failed", "renew", "scopes", "task", "thread")
+    __slots__ = ("block", "deferred", "ended", "failed", "renew", "scopes", "task", "thread")
 
-    def __init__(self, *, owned: bool) -> None:
+    def __init__(self, *, owned: bool, block: bool = False) -> None:
         self.scopes: dict[CacheConfig, LeaseScope] = {}
         # Header lists whose commit waits for their page: (config, lease, value, ttl, stale_ttl).
         self.deferred: list[tuple[CacheConfig, Lease, Any, int | None, float]] = []
         self.ended = False
         self.failed = False
+        # A lease_scope() block: found through the context of the code in it,
+        # before the request it may run in.
+        self.block = block
         # A thread's own reads have no known end: nothing renews their leases.
         self.renew = not owned
         # Outside a unit with an end: the thread and task that own it (None: seen by its tasks too).
@@ -123,6 +128,8 @@ def _current_task() -> asyncio.Task[Any] | None:
     return asyncio.current_task()
 
 
+logger = logging.getLogger("django_stampede")
+
 _current: ContextVar[_Unit | None] = ContextVar("django_stampede_unit", default=None)
 # ASGI requests' units, by the request's ThreadSensitiveContext; an entry
 # goes when the request ends, or with the request's last reference.
@@ -135,16 +142,21 @@ def _asgi_request() -> Any:
 
 
 def _unit(create: bool) -> _Unit | None:
+    unit = _current.get()
+    if unit is not None and unit.block and not unit.ended:
+        return unit  # a lease_scope() block, whose context the code in it runs in
     request = _asgi_request()
     if request is not None:
-        unit = _by_request.get(request)
-        if unit is None and create:
+        found = _by_request.get(request)
+        if found is None and create:
             with _by_request_lock:
-                unit = _by_request.get(request)
-                if unit is None:
-                    unit = _by_request[request] = _Unit(owned=False)
-        return unit
-    unit = _current.get()
+                found = _by_request.get(request)
+                if found is None:
+                    found = _by_request[request] = _Unit(owned=False)
+        if found is None or not found.ended:
+            return found
+        # The request ended, and this is a task it left running: its reads
+        # are its own, as a thread's outside requests (nothing settles them).
     if unit is not None and unit.is_mine():
         return unit
     if not create:
@@ -166,9 +178,10 @@ def _in_unstarted_request() -> bool:
     sent. Only asked until a request start is seen; then it is never so."""
     if _requests_seen:
         return False
-    from django.core.handlers.base import BaseHandler
-
-    handling = BaseHandler.get_response.__code__
+    handlers = sys.modules.get("django.core.handlers.base")
+    if handlers is None:
+        return False  # no request handler was ever imported: no request runs
+    handling = handlers.BaseHandler.get_response.__code__
     frame = sys._getframe(1)
     while frame is not None:
         if frame.f_code is handling:
@@ -182,6 +195,13 @@ def scope(config: CacheConfig) -> LeaseScope:
     unit = _unit(create=True)
     assert unit is not None
     return unit.scope(config)
+
+
+def holds(config: CacheConfig, key: str) -> bool:
+    """Whether the running unit holds the lease on ``key``."""
+    unit = _unit(create=False)
+    held = None if unit is None else unit.scopes.get(config)
+    return held is not None and held.holds(sync_core(config), key)
 
 
 def take(config: CacheConfig, key: str) -> Lease | None:
@@ -253,8 +273,9 @@ def end_request(**kwargs: Any) -> None:
     """``request_finished`` receiver: settle the request (see :func:`_settling`)."""
     request = _asgi_request()
     if request is not None:
-        with _by_request_lock:
-            unit = _by_request.pop(request, None)
+        # Left in place, ended, until the request's context goes: a task the
+        # request started and left running must not find a unit to renew.
+        unit = _by_request.get(request)
     else:
         unit = _current.get()
         if unit is None:
@@ -289,12 +310,22 @@ def _settling(unit: _Unit) -> Iterator[tuple[CacheConfig, methodcaller]]:
 
 def _settle(unit: _Unit) -> None:
     for config, call in _settling(unit):
-        call(sync_core(config))
+        try:
+            call(sync_core(config))
+        except Exception as exc:  # the others still settle; these lapse within LEASE_TTL
+            _settle_failed(exc)
 
 
 async def _asettle(unit: _Unit) -> None:
     for config, call in _settling(unit):
-        await call(async_core(config))
+        try:
+            await call(async_core(config))
+        except Exception as exc:
+            _settle_failed(exc)
+
+
+def _settle_failed(error: Exception) -> None:
+    logger.warning("could not settle a lease at the end of its unit of work: %s", error)
 
 
 def lease_scope() -> UnitOfWork:
@@ -318,20 +349,12 @@ class UnitOfWork:
     def __init__(self) -> None:
         self._unit: _Unit | None = None
         self._token: Token[_Unit | None] | None = None
-        self._saved_request: Any = None  # the ASGI request this block runs in, if any
-        self._outer: _Unit | None = None  # that request's own unit, set aside meanwhile
 
     def _enter(self) -> None:
         if self._unit is not None:
             raise RuntimeError("a django_stampede.lease_scope() is entered once: make another")
-        self._unit = _Unit(owned=False)
+        self._unit = _Unit(owned=False, block=True)
         self._token = _current.set(self._unit)
-        self._saved_request = _asgi_request()
-        if self._saved_request is not None:
-            # An ASGI request's unit is found through its context: stand in for it.
-            with _by_request_lock:
-                self._outer = _by_request.get(self._saved_request)
-                _by_request[self._saved_request] = self._unit
 
     def _exit(self, failed: bool) -> _Unit:
         unit, token = self._unit, self._token
@@ -339,12 +362,6 @@ class UnitOfWork:
         assert token is not None
         unit.failed = failed
         _current.reset(token)
-        if self._saved_request is not None:
-            with _by_request_lock:
-                if self._outer is None:
-                    _by_request.pop(self._saved_request, None)
-                else:
-                    _by_request[self._saved_request] = self._outer
         return unit
 
     def __enter__(self) -> UnitOfWork:

@@ -473,11 +473,14 @@ class StampedeCache(BaseCache):
         self, key: Any, default: Any, timeout: Any, version: int | None, tags: Sequence[str]
     ) -> _Plan[Any]:
         with _as_django():
-            made, ttl, lease = self._to_write(key, timeout, version)
-            if lease is not None or ttl == 0:
-                # This request already holds the lease (its get missed), or
-                # nothing is to be stored: compute here.
+            made = self.make_and_validate_key(key, version=version)
+            ttl = self.get_backend_timeout(timeout)
+            if ttl == 0 or leases.holds(self._config, made):
+                # This request already holds the lease (its get missed: the
+                # lease is renewed meanwhile), or nothing is to be stored:
+                # compute here.
                 value = default() if callable(default) else default
+                lease = leases.take(self._config, made)
                 if lease is not None and ttl == 0:
                     yield _call("release", lease)
                 elif lease is not None:

@@ -28,7 +28,15 @@ from flask_caching.backends.base import BaseCache
 
 import stampede
 
-from ._config import build_serializer, event_hook, near_cache, redis_client, redis_options, signing_keys
+from ._config import (
+    SCOPES_IN_G,
+    build_serializer,
+    event_hook,
+    near_cache,
+    redis_client,
+    redis_options,
+    signing_keys,
+)
 
 __all__ = ["StampedeCache"]
 
@@ -61,7 +69,6 @@ _NOT_HERE = {
         "flask_stampede.Stampede's cached and memoize take background=True"
     ),
 }
-_HELD = "_flask_stampede_leases"
 
 
 @contextmanager
@@ -326,10 +333,10 @@ class StampedeCache(BaseCache):
             if scope is None:
                 scope = self._outside.scope = stampede.LeaseScope(renew=False)
             return scope
-        scopes: dict[int, stampede.LeaseScope] | None = g.get(_HELD)
+        scopes: dict[int, stampede.LeaseScope] | None = g.get(SCOPES_IN_G)
         if scopes is None:
             scopes = {}
-            setattr(g, _HELD, scopes)
+            setattr(g, SCOPES_IN_G, scopes)
         scope = scopes.get(id(self))
         if scope is None:
             scope = scopes[id(self)] = stampede.LeaseScope()
@@ -338,7 +345,7 @@ class StampedeCache(BaseCache):
     def _settle(self, exc: BaseException | None = None) -> None:
         # The request ends: give back the leases of misses it never set (its
         # view chose not to cache, or raised), so that others go on at once.
-        scopes: dict[int, stampede.LeaseScope] | None = g.get(_HELD)
+        scopes: dict[int, stampede.LeaseScope] | None = g.get(SCOPES_IN_G)
         scope = scopes.pop(id(self), None) if scopes else None
         if scope is not None:
             scope.failed = exc is not None

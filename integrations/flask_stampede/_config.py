@@ -21,6 +21,7 @@ import stampede
 import stampede.asyncio
 
 __all__ = [
+    "SCOPES_IN_G",
     "Settings",
     "build_serializer",
     "event_hook",
@@ -29,6 +30,10 @@ __all__ = [
     "redis_options",
     "signing_keys",
 ]
+
+#: The attribute of ``flask.g`` that holds a request's lease scopes (the
+#: Flask-Caching backend's, by backend); never copied into another thread's ``g``.
+SCOPES_IN_G = "_flask_stampede_leases"
 
 logger = logging.getLogger("flask_stampede")
 

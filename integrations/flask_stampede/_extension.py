@@ -19,7 +19,7 @@ from flask import Flask, Response, copy_current_request_context, current_app, g,
 import stampede
 import stampede.asyncio
 
-from ._config import Settings, redis_client
+from ._config import SCOPES_IN_G, Settings, redis_client
 from ._responses import Snapshot, Uncacheable
 
 __all__ = ["Stampede"]
@@ -446,7 +446,9 @@ def _in_request_or_thread(render: Callable[[], R]) -> Callable[[], R]:
     it is; in another thread, under a copy of the request context and with
     this request's ``g``, since the request will have ended by then."""
     request_thread = threading.current_thread()
-    state_of_g = dict(vars(g))
+    # The request's lease scopes stay the request's: a scope is one unit of
+    # work's, and the request's teardown settles them.
+    state_of_g = {name: value for name, value in vars(g).items() if name != SCOPES_IN_G}
 
     @copy_current_request_context
     def in_copy() -> R:

@@ -47,8 +47,20 @@ class AsyncLeaseKeeper:
         with self._lock:
             self._kept[lease] = (due, lease._started + options.max_lease_time)
             lease._keeper = self
-            if self._worker is None or self._worker.done():
-                self._worker = AsyncWorker(self._renew_while_kept, "stampede-lease-keeper")
+            worker = self._worker
+            start = worker is None or worker.done()
+            if start:
+                self._worker = None
+        if start:
+            # Made outside the lock: an eager task factory runs the worker's
+            # first steps, which take the lock, before create_task returns.
+            made = AsyncWorker(self._renew_while_kept, "stampede-lease-keeper")
+            with self._lock:
+                spare = self._worker is not None  # another caller started one meanwhile
+                if not spare:
+                    self._worker = made
+            if spare:
+                made.stop(0)  # one is enough
 
     def drop(self, lease: Lease) -> None:
         """Stop renewing ``lease``."""
@@ -60,11 +72,14 @@ class AsyncLeaseKeeper:
         return len(self._kept)
 
     def stop(self) -> None:
-        """Renew nothing more (the instance closes); its worker ends at its next wake."""
+        """Renew nothing more (the instance closes)."""
         with self._lock:
             for lease in self._kept:
                 lease._keeper = None
             self._kept.clear()
+            worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop(0)  # a task is cancelled now; a thread ends at its next wake
 
     def forked(self) -> None:
         """In a child process just forked: the worker did not come along, and
@@ -77,7 +92,7 @@ class AsyncLeaseKeeper:
         while True:
             with self._lock:
                 if not self._kept:
-                    self._worker = None
+                    self._worker = None  # the next keep() starts another
                     return
                 now = self._clock.monotonic()
                 due = [lease for lease, (at, _) in self._kept.items() if at <= now]

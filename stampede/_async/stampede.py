@@ -49,6 +49,7 @@ from .._primitives import (
     async_can_block,
     async_close_client,
     async_contextmanager,
+    async_current_owner,
     async_forks_with,
 )
 from .._redis import scripts as lua
@@ -577,14 +578,18 @@ class Stampede(AsyncOperations):
         will carry, if known now (else given to :meth:`commit`).
 
         ``scope``: the :class:`~stampede.LeaseScope` of the caller's unit of
-        work, which keeps (and renews) a lease won, until the unit's write
-        takes it or :meth:`settle` gives it back; a read of a key whose lease
-        the scope already holds gives that lease back and reads again.
-        Without one, the lease is not renewed: commit within ``lease_ttl``.
+        work, which keeps a lease won (renewed, if ``scope.renew``) until the
+        unit's write takes it or :meth:`settle` gives it back. A read of a key
+        whose lease the scope already holds gives that lease back and reads
+        again if the same caller (task or thread) read it; another caller of
+        the unit gets a miss at once (the unit rebuilds it: it never waits
+        for itself). Without a scope, the lease is not renewed: commit within
+        ``lease_ttl``.
         """
         if unknown:
             raise unknown_arguments(self.read, unknown)
-
+        if scope is not None and not isinstance(scope, LeaseScope):
+            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}")
         given = (ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         options = self._options if given == _NONE_GIVEN else self._call_options(*given)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
@@ -595,10 +600,17 @@ class Stampede(AsyncOperations):
                 return _found(Read, (True, value, None, None, False))
         keys = self._keys(key)
         if scope is not None and scope._held:
-            again = scope._take(self._settings.keys.namespace, key)
-            if again is not None:
-                # Read twice and not written in between: this unit of work
-                # does not fill the key, and others need not wait for it.
+            namespace = self._settings.keys.namespace
+            reader = scope._reader(namespace, key)
+            if reader is not None:
+                if reader != async_current_owner():
+                    # Another task or thread of this unit of work rebuilds it:
+                    # never wait for ourselves.
+                    return Read(False)
+                # Read twice by the same caller, and not written in between:
+                # this unit of work does not fill the key; nobody need wait.
+                again = scope._take(namespace, key)
+                assert again is not None
                 await self._give_back(again, unfilled=not scope.failed)
         lookup = await self._first_read(keys, options, key)
         if isinstance(lookup, Entry):
@@ -657,7 +669,7 @@ class Stampede(AsyncOperations):
             read = Read(True, outcome)
         self._flights.finish(flight_key, flight, value=LEASE_TAKEN if read.lease is not None else read)
         if scope is not None and read.lease is not None:
-            scope._hold(self._settings.keys.namespace, key, read.lease)
+            scope._hold(self._settings.keys.namespace, key, read.lease, async_current_owner())
             if scope.renew:
                 self._keeper.keep(read.lease)
         return read
@@ -687,7 +699,7 @@ class Stampede(AsyncOperations):
             raise unknown_arguments(self.commit, unknown)
         rebuilt = self._settings.rebuilt_by_holder(lease, value)
         options = self._settings.settle_options(lease, ttl, stale_ttl)
-        _stop_renewing(lease)
+        lease._stop_renewing()
         flow = lease._flow
         if tags is not None:
             tag_ids = self._settings.tag_ids(tags)
@@ -718,9 +730,10 @@ class Stampede(AsyncOperations):
 
     async def _give_back(self, lease: Lease, *, unfilled: bool) -> None:
         """Free ``lease`` without a value; ``unfilled``: its holder's unit of
-        work did not fill the key (mark it so if it is still missing)."""
-        _stop_renewing(lease)
-        await self._runner.execute(Release(lease.token, unfilled=unfilled), lease.keys, lease._options, None)
+        work did not fill the key (marked so, if its reader found it missing)."""
+        lease._stop_renewing()
+        release = Release(lease.token, unfilled=unfilled and lease._on_miss)
+        await self._runner.execute(release, lease.keys, lease._options, None)
 
     # --- a unit of work's leases ----------------------------------------------
 
@@ -830,12 +843,6 @@ class Stampede(AsyncOperations):
             await async_close_client(self._server.client)
             for owned in self._owned:
                 await owned.aclose()
-
-
-def _stop_renewing(lease: Lease) -> None:
-    keeper = lease._keeper
-    if keeper is not None:
-        keeper.drop(lease)
 
 
 def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:

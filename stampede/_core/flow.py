@@ -185,9 +185,9 @@ class Release:
     #: could not be stored), rather than that its holder gave up without one
     #: (after which ``read`` callers each go on alone).
     retake: bool = False
-    #: A lease taken by a read whose unit of work ended without writing the
-    #: key: if the key is still missing, mark it as one that reads do not
-    #: fill, for ``unfilled_ttl`` (reads of it then miss at once, leaseless).
+    #: A lease a read won on a miss, whose unit of work ended without writing
+    #: the key: mark the key as one that reads do not fill, for
+    #: ``unfilled_ttl`` (reads of it then miss at once, leaseless).
     unfilled: bool = False
 
 

@@ -49,10 +49,17 @@ class Lease:
     nothing.
     """
 
-    __slots__ = ("_flow", "_keeper", "_options", "_started", "_won_at", "keys", "token")
+    __slots__ = ("_flow", "_keeper", "_on_miss", "_options", "_started", "_won_at", "keys", "token")
 
     def __init__(
-        self, keys: Keys, token: str, flow: Flow, options: Options, started: float, won_at: str | None
+        self,
+        keys: Keys,
+        token: str,
+        flow: Flow,
+        options: Options,
+        started: float,
+        won_at: str | None,
+        on_miss: bool = True,
     ) -> None:
         self.keys = keys
         self.token = token
@@ -61,6 +68,13 @@ class Lease:
         self._started = started  # monotonic: the rebuild's duration
         self._won_at = won_at  # the server's clock: what a lapsed commit is fenced by
         self._keeper: Any = None  # what renews it while a LeaseScope holds it, if anything
+        self._on_miss = on_miss  # won on a miss (no stale value in hand): its key read as missing
+
+    def _stop_renewing(self) -> None:
+        """Whoever settles it now: no keeper renews it any more."""
+        keeper = self._keeper
+        if keeper is not None:
+            keeper.drop(self)
 
     @property
     def key(self) -> str:

@@ -48,7 +48,8 @@ class LeaseScope:
         #: The unit of work failed (raised): its leases are given back
         #: without marking their keys as ones that reads do not fill.
         self.failed = False
-        self._held: dict[tuple[str, bytes], Lease] = {}
+        # Each lease held, by namespace and key, with who read it (a task or a thread).
+        self._held: dict[tuple[str, bytes], tuple[Lease, object]] = {}
 
     def holds(self, stampede: Any, key: str | bytes) -> bool:
         """Whether this scope holds the lease on ``key`` of ``stampede`` (an
@@ -57,16 +58,14 @@ class LeaseScope:
 
     def take(self, stampede: Any, key: str | bytes) -> Lease | None:
         """Remove and return the lease this scope holds on ``key`` of
-        ``stampede``, if any: for the write that settles it (``commit`` or
-        ``release``; a ``set``, ``delete`` or ``add`` of the key cancels it in
-        Redis, and then the lease is only to be forgotten)."""
-        if not self._held:
-            return None
-        return self._held.pop((stampede.namespace, _raw(key)), None)
+        ``stampede``, if any, no longer renewed: for the write that settles it
+        at once (``commit``, or ``release``; a ``set`` or ``delete`` of the key
+        cancels it in Redis). Left unsettled, it lapses within ``lease_ttl``."""
+        return self._take(stampede.namespace, key)
 
     def leases(self) -> list[Lease]:
         """The leases held, of every instance."""
-        return list(self._held.values())
+        return [lease for lease, _ in self._held.values()]
 
     def __len__(self) -> int:
         return len(self._held)
@@ -76,13 +75,28 @@ class LeaseScope:
 
     # --- for the drivers --------------------------------------------------------
 
-    def _hold(self, namespace: str, key: str | bytes, lease: Lease) -> None:
-        self._held[namespace, _raw(key)] = lease
+    def _hold(self, namespace: str, key: str | bytes, lease: Lease, reader: object) -> None:
+        self._held[namespace, _raw(key)] = (lease, reader)
+
+    def _reader(self, namespace: str, key: str | bytes) -> object | None:
+        """Who read the key whose lease is held (``None``: none is)."""
+        held = self._held.get((namespace, _raw(key)))
+        return None if held is None else held[1]
 
     def _take(self, namespace: str, key: str | bytes) -> Lease | None:
-        return self._held.pop((namespace, _raw(key)), None) if self._held else None
+        if not self._held:
+            return None
+        held = self._held.pop((namespace, _raw(key)), None)
+        if held is None:
+            return None
+        held[0]._stop_renewing()
+        return held[0]
 
     def _drain(self, namespace: str) -> list[Lease]:
-        """Remove and return the leases held of ``namespace``."""
+        """Remove and return the leases held of ``namespace``, no longer renewed
+        (all of them at once: a settling cut short leaves none renewed)."""
         mine = [name for name in self._held if name[0] == namespace]
-        return [self._held.pop(name) for name in mine]
+        drained = [self._held.pop(name)[0] for name in mine]
+        for lease in drained:
+            lease._stop_renewing()
+        return drained

@@ -507,7 +507,9 @@ class Settings:
         if paused.token is None:  # no lease to hand out (unfilled, fail-open, or gave up waiting)
             return Read(False, unfilled=flow.unfilled)
         clock = self.clock
-        lease = Lease(keys, paused.token, flow, options, clock.monotonic(), flow.won_at)
+        lease = Lease(
+            keys, paused.token, flow, options, clock.monotonic(), flow.won_at, on_miss=paused.stale is None
+        )
         return Read(False, None, lease, paused.stale)
 
     def settle_options(self, lease: Lease, ttl: Any, stale_ttl: Any) -> Options:

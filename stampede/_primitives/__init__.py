@@ -33,8 +33,10 @@ from .waiting import Event as Event
 from .waiting import Lock as Lock
 from .waiting import SectionLock as SectionLock
 from .waiting import async_can_block as async_can_block
+from .waiting import async_current_owner as async_current_owner
 from .waiting import async_sleep as async_sleep
 from .waiting import can_block as can_block
+from .waiting import current_owner as current_owner
 from .waiting import on_event_loop_thread as on_event_loop_thread
 from .waiting import sleep as sleep
 from .work import AsyncBackground as AsyncBackground
@@ -80,6 +82,7 @@ __all__ = [
     "async_close_node_pubsub",
     "async_close_pubsub",
     "async_contextmanager",
+    "async_current_owner",
     "async_forks_with",
     "async_rebuild_call",
     "async_runs_in_thread",
@@ -92,6 +95,7 @@ __all__ = [
     "close_pubsub",
     "close_sockets",
     "contextmanager",
+    "current_owner",
     "forks_with",
     "on_event_loop_thread",
     "rebuild_call",

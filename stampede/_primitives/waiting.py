@@ -90,3 +90,15 @@ def can_block() -> bool:
     """Whether a caller may wait for another's rebuild: not a blocking call
     made on an event loop's thread, which the wait would freeze."""
     return not on_event_loop_thread()
+
+
+def async_current_owner() -> object:
+    """Who runs this call, as a unit of work's leases tell their readers apart:
+    its asyncio task."""
+    task = asyncio.current_task()
+    return threading.get_ident() if task is None else task
+
+
+def current_owner() -> object:
+    """Who runs this call: its thread."""
+    return threading.get_ident()

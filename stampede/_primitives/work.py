@@ -125,8 +125,9 @@ class AsyncWorker(Generic[T]):
         self._task = asyncio.get_running_loop().create_task(work(), name=name)
 
     def done(self) -> bool:
-        """Whether it has ended (returned, raised, or was cancelled with its loop)."""
-        return self._task.done()
+        """Whether it has ended (returned, raised, was cancelled), or never
+        will: its loop was closed with the task pending."""
+        return self._task.done() or self._task.get_loop().is_closed()
 
     def stop(self, grace: float) -> T | None:
         """Its result if it ended, else ``None`` (and it is cancelled: a task

@@ -148,7 +148,9 @@ end
 #    lets it see a rebuild that landed between its read and its lease;
 #    won-at, the server's clock as text, is what a lapsed commit is fenced by);
 #    {0, lease pttl} when someone else holds it; {2, mark pttl} when the key
-#    is missing and marked UNFILLED and the caller is a read.
+#    is marked UNFILLED and the caller is a read. (A mark is made on a key
+#    its reader found missing, and every write of the key drops it: a value
+#    beside a mark is one that reads as missing, deleted by a tag, say.)
 ACQUIRE = (
     _READ_VALUE
     + _NOW
@@ -156,8 +158,7 @@ ACQUIRE = (
     + """
 local held = redis.call('GET', KEYS[2])
 if held == UNFILLED then
-  local value = read_value()
-  if ARGV[3] == 'r' and not value then return {2, redis.call('PTTL', KEYS[2])} end
+  if ARGV[3] == 'r' then return {2, redis.call('PTTL', KEYS[2])} end
   redis.call('DEL', KEYS[2])
   held = false
 end
@@ -182,11 +183,9 @@ COMMIT = (
     + _UNFILLED
     + """
 local held = redis.call('GET', KEYS[2])
-if held == UNFILLED then
-  -- Nobody's lease: a read gave one up without a value after this lease lapsed.
-  redis.call('DEL', KEYS[2])
-  held = false
-end
+-- Nobody's lease: a read gave one up without a value after this lease lapsed.
+local marked = held == UNFILLED
+if marked then held = false end
 if held == ARGV[1] then
   redis.call('DEL', KEYS[2])
 else
@@ -213,6 +212,7 @@ else
   end
   local fenced = redis.call('GET', KEYS[4])
   if fenced and tonumber(fenced) >= won_at then return refused end
+  if marked then redis.call('DEL', KEYS[2]) end
 end
 set_value(ARGV[2], ARGV[3])
 redis.call('PUBLISH', ARGV[4], '1')
@@ -222,15 +222,15 @@ return 1
 
 # Owner-checked release, announced to waiters: '0' (released without a
 # value) or '2' (ARGV[3]: a value was rebuilt but not stored; compete for the
-# lease). With ARGV[4] ms (not '0'), a lease taken by a read whose unit of
-# work ended without writing: the key, if still missing, is marked UNFILLED
-# for that long. ARGV: token, channel, announcement, unfilled_ms.
-# -> 1 released, 0 not ours.
+# lease). With ARGV[4] ms (not '0'), the lease of a read that found the key
+# missing, whose unit of work ended without writing it: the key is marked
+# UNFILLED for that long instead. ARGV: token, channel, announcement,
+# unfilled_ms. -> 1 released, 0 not ours.
 RELEASE = (
     _UNFILLED
     + """
 if redis.call('GET', KEYS[2]) == ARGV[1] then
-  if ARGV[4] and ARGV[4] ~= '0' and redis.call('EXISTS', KEYS[1]) == 0 then
+  if ARGV[4] and ARGV[4] ~= '0' then
     redis.call('SET', KEYS[2], UNFILLED, 'PX', ARGV[4])
   else
     redis.call('DEL', KEYS[2])

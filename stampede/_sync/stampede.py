@@ -50,6 +50,7 @@ from .._primitives import (
     can_block,
     close_client,
     contextmanager,
+    current_owner,
     forks_with,
 )
 from .._redis import scripts as lua
@@ -572,14 +573,18 @@ class Stampede(Operations):
         will carry, if known now (else given to :meth:`commit`).
 
         ``scope``: the :class:`~stampede.LeaseScope` of the caller's unit of
-        work, which keeps (and renews) a lease won, until the unit's write
-        takes it or :meth:`settle` gives it back; a read of a key whose lease
-        the scope already holds gives that lease back and reads again.
-        Without one, the lease is not renewed: commit within ``lease_ttl``.
+        work, which keeps a lease won (renewed, if ``scope.renew``) until the
+        unit's write takes it or :meth:`settle` gives it back. A read of a key
+        whose lease the scope already holds gives that lease back and reads
+        again if the same caller (task or thread) read it; another caller of
+        the unit gets a miss at once (the unit rebuilds it: it never waits
+        for itself). Without a scope, the lease is not renewed: commit within
+        ``lease_ttl``.
         """
         if unknown:
             raise unknown_arguments(self.read, unknown)
-
+        if scope is not None and not isinstance(scope, LeaseScope):
+            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}")
         given = (ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         options = self._options if given == _NONE_GIVEN else self._call_options(*given)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
@@ -590,10 +595,17 @@ class Stampede(Operations):
                 return _found(Read, (True, value, None, None, False))
         keys = self._keys(key)
         if scope is not None and scope._held:
-            again = scope._take(self._settings.keys.namespace, key)
-            if again is not None:
-                # Read twice and not written in between: this unit of work
-                # does not fill the key, and others need not wait for it.
+            namespace = self._settings.keys.namespace
+            reader = scope._reader(namespace, key)
+            if reader is not None:
+                if reader != current_owner():
+                    # Another task or thread of this unit of work rebuilds it:
+                    # never wait for ourselves.
+                    return Read(False)
+                # Read twice by the same caller, and not written in between:
+                # this unit of work does not fill the key; nobody need wait.
+                again = scope._take(namespace, key)
+                assert again is not None
                 self._give_back(again, unfilled=not scope.failed)
         lookup = self._first_read(keys, options, key)
         if isinstance(lookup, Entry):
@@ -652,7 +664,7 @@ class Stampede(Operations):
             read = Read(True, outcome)
         self._flights.finish(flight_key, flight, value=LEASE_TAKEN if read.lease is not None else read)
         if scope is not None and read.lease is not None:
-            scope._hold(self._settings.keys.namespace, key, read.lease)
+            scope._hold(self._settings.keys.namespace, key, read.lease, current_owner())
             if scope.renew:
                 self._keeper.keep(read.lease)
         return read
@@ -682,7 +694,7 @@ class Stampede(Operations):
             raise unknown_arguments(self.commit, unknown)
         rebuilt = self._settings.rebuilt_by_holder(lease, value)
         options = self._settings.settle_options(lease, ttl, stale_ttl)
-        _stop_renewing(lease)
+        lease._stop_renewing()
         flow = lease._flow
         if tags is not None:
             tag_ids = self._settings.tag_ids(tags)
@@ -713,9 +725,10 @@ class Stampede(Operations):
 
     def _give_back(self, lease: Lease, *, unfilled: bool) -> None:
         """Free ``lease`` without a value; ``unfilled``: its holder's unit of
-        work did not fill the key (mark it so if it is still missing)."""
-        _stop_renewing(lease)
-        self._runner.execute(Release(lease.token, unfilled=unfilled), lease.keys, lease._options, None)
+        work did not fill the key (marked so, if its reader found it missing)."""
+        lease._stop_renewing()
+        release = Release(lease.token, unfilled=unfilled and lease._on_miss)
+        self._runner.execute(release, lease.keys, lease._options, None)
 
     # --- a unit of work's leases ----------------------------------------------
 
@@ -825,12 +838,6 @@ class Stampede(Operations):
             close_client(self._server.client)
             for owned in self._owned:
                 owned.close()
-
-
-def _stop_renewing(lease: Lease) -> None:
-    keeper = lease._keeper
-    if keeper is not None:
-        keeper.drop(lease)
 
 
 def redis_client(url: str, *, cluster: bool = False, **options: Any) -> Any:

@@ -170,13 +170,13 @@ def _lease_value(cache: Any, key: str) -> bytes | None:
 
 
 def test_lease_scope_outside_requests_renews_and_commits() -> None:
-    with override_settings(CACHES={"default": _cache_entry(LEASE_TTL=0.3)}):
+    with override_settings(CACHES={"default": _cache_entry(LEASE_TTL=1.0)}):
         cache = caches["default"]
         with django_stampede.lease_scope():
             assert cache.get("report") is None
             token = _lease_value(cache, "report")
             assert token is not None
-            time.sleep(1.0)  # three lease times: renewed while the block runs
+            time.sleep(3.0)  # three lease times: renewed while the block runs
             assert _lease_value(cache, "report") == token
             cache.set("report", "rendered")
         assert cache.get("report") == "rendered"
