@@ -296,7 +296,7 @@ def _settling(unit: _Unit) -> Iterator[tuple[CacheConfig, methodcaller]]:
     header lists still waiting for their page, then give back the leases of
     reads the unit never followed with a write (its view chose not to cache,
     or never meant to: a flag that is normally absent), so that waiters go
-    on at once and later reads of a key still missing miss at once (see
+    on at once and later reads of a key found missing miss at once (see
     ``stampede.LeaseScope``)."""
     unit.ended = True
     deferred, unit.deferred = unit.deferred, []

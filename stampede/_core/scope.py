@@ -24,18 +24,19 @@ class LeaseScope:
     ``lease_ttl / 3`` (with ``renew``, up to ``max_lease_time``), so a unit of
     work slower than ``lease_ttl`` keeps it; :meth:`take` hands it to the
     write that follows (``commit(lease, value, store_if_lapsed=True)``); a
-    second read of the key by the same unit, before any write, gives it back.
+    second read of the key by the same reader (task or thread), before any
+    write, gives it back; another reader of the unit gets a miss at once.
     When the unit ends, ``stampede.settle(scope)`` (or leaving
     ``stampede.lease_scope()``) gives back the leases left: the waiters are
-    woken at once, and a key still missing is remembered (``unfilled_ttl``)
-    as one that reads do not fill, so later reads of it miss at once
-    instead of taking a lease. A unit of work that failed (:attr:`failed`)
+    woken at once, and a key its reader found missing is remembered
+    (``unfilled_ttl``) as one that reads do not fill, so later reads of it
+    miss at once instead of taking a lease. A unit of work that failed (:attr:`failed`)
     gives its leases back without that mark. Should the process die, its
     leases lapse within ``lease_ttl``.
 
     Not bound to a flavour: a lease taken by the asyncio instance may be
     settled by the blocking one of the same namespace and Redis, and the
-    reverse. Not thread-safe: one unit of work at a time uses it.
+    reverse. One unit of work uses it; its threads and tasks may share it.
     """
 
     __slots__ = ("_held", "failed", "renew")

@@ -754,8 +754,9 @@ class Stampede(Operations):
         """The unit of work ``scope`` stood for has ended: give back the
         leases it still holds of this instance's namespace (reads it never
         followed with a write). Their waiters are woken at once, and each key
-        still missing is remembered for ``unfilled_ttl`` as one that reads do
-        not fill, unless the unit :attr:`~stampede.LeaseScope.failed`."""
+        its reader found missing is remembered for ``unfilled_ttl`` as one
+        that reads do not fill, unless the unit
+        :attr:`~stampede.LeaseScope.failed`."""
         if not isinstance(scope, LeaseScope):
             raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}")
         for lease in scope._drain(self._settings.keys.namespace):
