@@ -96,8 +96,10 @@ class LeaseScope:
     def _drain(self, namespace: str) -> list[Lease]:
         """Remove and return the leases held of ``namespace``, no longer renewed
         (all of them at once: a settling cut short leaves none renewed)."""
-        mine = [name for name in self._held if name[0] == namespace]
-        drained = [self._held.pop(name)[0] for name in mine]
+        held = self._held
+        # list(): one step, whatever another thread of the unit does meanwhile.
+        popped = [held.pop(name, None) for name in list(held) if name[0] == namespace]
+        drained = [entry[0] for entry in popped if entry is not None]
         for lease in drained:
             lease._stop_renewing()
         return drained
