@@ -3,7 +3,10 @@ on what it cost (``bench._sustained`` runs it). Counts and orderings, never dura
 
 from __future__ import annotations
 
+import pytest
+
 from bench import _sustained
+from stampede.testing._app_servers import SERVERS, Server
 
 #: Clients asking at once, seconds of asking, the page's timeout and its render's length: about
 #: four windows per page.
@@ -36,3 +39,12 @@ def check_load(served: _sustained.Served, path: str) -> None:
     assert outcome.begun == len(outcome.renders), outcome.describe()  # none left unfinished
     assert len(outcome.renders) >= 2, outcome.describe()
     assert outcome.peak_connections < CONNECTIONS, outcome.describe()
+
+
+def server_named(name: str) -> Server:
+    """The app server ``name``; the test fails, naming what to install, where it is missing."""
+    server = SERVERS[name]
+    missing = server.missing()
+    if missing:
+        pytest.fail(f"{server.described} needs {', '.join(missing)}: install the test extra")
+    return server

@@ -8,7 +8,7 @@ import os
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-__all__ = ["ENV", "AppConfig", "Backend", "flag_events", "flag_events_name"]
+__all__ = ["ENV", "AppConfig", "Backend", "flag_events", "flag_events_name", "json_from_env"]
 
 #: The environment variable that carries an :class:`AppConfig` as JSON.
 ENV = "BENCH_SUSTAINED_APP"
@@ -38,11 +38,18 @@ class AppConfig:
 
     @classmethod
     def from_env(cls) -> AppConfig:
-        try:
-            raw = os.environ[ENV]
-        except KeyError:
-            raise RuntimeError(f"{ENV} is not set: this app is started by bench._sustained") from None
-        return cls(**json.loads(raw))
+        return cls(**json_from_env(ENV, "bench._sustained"))
+
+
+def json_from_env(name: str, starter: str) -> dict[str, Any]:
+    """The JSON object in the environment variable ``name``, which ``starter``
+    (the module that starts the app) sets."""
+    try:
+        raw = os.environ[name]
+    except KeyError:
+        raise RuntimeError(f"{name} is not set: this app is started by {starter}") from None
+    found: dict[str, Any] = json.loads(raw)
+    return found
 
 
 def flag_events_name(namespace: str) -> str:

@@ -6,12 +6,11 @@ processes have the very same ``CACHES``."""
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .django_site import LOGGING
-from .sustained_config import Backend
+from .sustained_config import Backend, json_from_env
 
 __all__ = ["ENV", "FLAG", "WORKER_FLAG", "AppConfig", "settings"]
 
@@ -45,11 +44,7 @@ class AppConfig:
 
     @classmethod
     def from_env(cls) -> AppConfig:
-        try:
-            raw = os.environ[ENV]
-        except KeyError:
-            raise RuntimeError(f"{ENV} is not set: this app is started by bench.unwritten") from None
-        return cls(**json.loads(raw))
+        return cls(**json_from_env(ENV, "bench.unwritten"))
 
     def cache(self) -> dict[str, Any]:
         """``CACHES["default"]``: the stock backend or stampede's, on their defaults."""

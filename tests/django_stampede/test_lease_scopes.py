@@ -27,9 +27,8 @@ from bench import _sustained
 from bench._apps.sustained_config import flag_events
 from bench._timeline import Render
 from stampede._redis.scripts import UNFILLED
-from stampede.testing._app_servers import SERVERS, Server
 from tests.django_stampede import workers
-from tests.sustained import check_load
+from tests.sustained import check_load, server_named
 
 _namespaces = itertools.count()
 
@@ -46,14 +45,6 @@ FLAG_PAGES = {
 }
 
 
-def _server(name: str) -> Server:
-    server = SERVERS[name]
-    missing = server.missing()
-    if missing:
-        pytest.fail(f"{server.described} needs {', '.join(missing)}: install the test extra")
-    return server
-
-
 def _namespace(what: str) -> str:
     return f"{what}{os.getpid()}-{next(_namespaces)}"
 
@@ -63,7 +54,7 @@ def _namespace(what: str) -> str:
 def test_a_key_read_on_every_request_and_never_written_makes_nobody_wait(name: str, redis_url: str) -> None:
     namespace = _namespace("flag")
     with _sustained.app(
-        _server(name),
+        server_named(name),
         "django",
         backend="stampede",
         redis_url=redis_url,
@@ -98,7 +89,7 @@ def test_a_render_slower_than_its_lease_is_rendered_once_per_window(
     # runs, so no waiter takes the lease over and renders it again, and
     # none times out.
     with _sustained.app(
-        _server(name),
+        server_named(name),
         "django",
         backend="stampede",
         redis_url=redis_url,

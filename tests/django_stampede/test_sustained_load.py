@@ -18,8 +18,7 @@ import os
 import pytest
 
 from bench import _sustained
-from stampede.testing._app_servers import SERVERS, Server
-from tests.sustained import RENDER_SECONDS, TTL, check_load, check_meanwhile
+from tests.sustained import RENDER_SECONDS, TTL, check_load, check_meanwhile, server_named
 
 _namespaces = itertools.count()
 
@@ -30,19 +29,11 @@ WSGI = ["gunicorn-sync", "gunicorn-gthread", "gunicorn-gevent"]
 ASGI_PAGES = ["/apage", "/page", "/aaside"]
 
 
-def _server(name: str) -> Server:
-    server = SERVERS[name]
-    missing = server.missing()
-    if missing:
-        pytest.fail(f"{server.described} needs {', '.join(missing)}: install the test extra")
-    return server
-
-
 @pytest.mark.slow
 @pytest.mark.soak
 @pytest.mark.parametrize("name", ASGI + WSGI)
 def test_each_page_is_rendered_once_per_window_with_no_error(name: str, redis_url: str) -> None:
-    server = _server(name)
+    server = server_named(name)
     pages = ASGI_PAGES if server.interface == "asgi" else ["/page"]
     with _sustained.app(
         server,
