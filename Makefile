@@ -56,8 +56,8 @@ endif
 
 ## make lint: ruff, mypy, and the generated blocking twins of asyncio sources, as CI runs them
 lint: $(STAMP)
-	$(BIN)/ruff check stampede integrations tests bench example_project tools
-	$(BIN)/ruff format --check stampede integrations tests bench example_project tools
+	$(BIN)/ruff check stampede integrations tests bench example_project support tools
+	$(BIN)/ruff format --check stampede integrations tests bench example_project support tools
 	$(BIN)/mypy
 	$(BIN)/python tools/unasync.py --check
 

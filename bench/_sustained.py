@@ -4,7 +4,7 @@ errors, the slowest answers, and the most Redis connections any one server proce
 
 Used by the sustained-load scenario (:mod:`bench.sustained`) and by the tests, which run the same
 load shorter. The app is ``bench._apps.sustained_django`` or ``bench._apps.sustained_flask``,
-served by one of :data:`stampede.testing._app_servers.SERVERS` (:class:`AppServer`: a process group
+served by one of :data:`support.app_servers.SERVERS` (:class:`AppServer`: a process group
 of its own, always stopped).
 """
 
@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import psutil
 
-from stampede.testing._app_servers import AppServer, Server
+from support.app_servers import AppServer, Server
 
 from ._apps import SOURCE_ROOT
 from ._apps.sustained_config import AppConfig, Backend

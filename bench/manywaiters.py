@@ -25,7 +25,7 @@ from pathlib import Path
 import redis
 
 from stampede.testing import ConnectionPeak, RedisServer
-from stampede.testing._app_servers import SERVERS, AppServer
+from support.app_servers import SERVERS, AppServer
 
 from ._apps import SOURCE_ROOT, many
 from ._crowd import Outcome, in_threads
@@ -52,7 +52,7 @@ class EntryPoint:
     """One row: a way in which an application asks for the cold key.
 
     ``app`` is the app of :mod:`bench._apps.many` served under ``server`` (a
-    name in :data:`stampede.testing._app_servers.SERVERS`) and ``path`` the
+    name in :data:`support.app_servers.SERVERS`) and ``path`` the
     page asked for; without ``app``, the callers are threads or tasks of this
     process (:data:`bench._manycore.RUNNERS`).
     """

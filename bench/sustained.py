@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from stampede.testing import RedisServer
-from stampede.testing._app_servers import SERVERS, AppServerError
+from support.app_servers import SERVERS, AppServerError
 
 from . import _sustained
 from ._apps.sustained_config import Backend

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stampede.testing import RedisServer
-from stampede.testing._app_servers import SERVERS, AppServer, AppServerError, Server
+from support.app_servers import SERVERS, AppServer, AppServerError, Server
 
 from . import _servers, _sustained
 from ._apps import SOURCE_ROOT

@@ -1,7 +1,7 @@
 """A crowd at one cold page of a test app under waitress, and the slow render
 its views count.
 
-The app runs in a server process of its own (:class:`stampede.testing._app_servers.AppServer`):
+The app runs in a server process of its own (:class:`support.app_servers.AppServer`):
 its Redis connections are its own to count, and a test can always stop it.
 Its views call :func:`render`, counted in a file the test names.
 """
@@ -18,7 +18,7 @@ from pathlib import Path
 from types import TracebackType
 
 import stampede
-from stampede.testing._app_servers import AppServer
+from support.app_servers import AppServer
 from tests.helpers import wait_until
 
 #: The directory holding the ``tests`` package: the server imports the apps from there.

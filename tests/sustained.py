@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench import _sustained
-from stampede.testing._app_servers import SERVERS, Server
+from support.app_servers import SERVERS, Server
 
 #: Clients asking at once, seconds of asking, the page's timeout and its render's length: about
 #: four windows per page.

@@ -1,6 +1,7 @@
-"""The app servers of ``stampede.testing`` (``_app_servers``): every server serves, answers and
-is stopped with all its processes; a server dies with whatever started it, even a killed process;
-a server that cannot start says why, and the errors of its log are counted."""
+"""The app servers of the tests, benchmarks and demo (``support.app_servers``): every server
+serves, answers and is stopped with all its processes; a server dies with whatever started it,
+even a killed process; a server that cannot start says why, and the errors of its log are
+counted."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import stampede.testing
-from stampede.testing._app_servers import SERVERS, AppServer, AppServerError, Server
+from support.app_servers import SERVERS, AppServer, AppServerError, Server
 
 pytestmark = pytest.mark.slow
 
@@ -128,7 +129,7 @@ def test_no_server_outlives_a_killed_parent(name: str, tmp_path: Path) -> None:
             textwrap.dedent(
                 f"""
                 import time
-                from stampede.testing._app_servers import AppServer
+                from support.app_servers import AppServer
                 server = AppServer({_app(server)!r}, {name!r}, pythonpath=[{str(ROOT)!r}]).start()
                 server.wait_ready()
                 print(server.pid, *server.pids(), flush=True)

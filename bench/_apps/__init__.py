@@ -1,5 +1,5 @@
 """The web apps the benchmark serves, each in a server process of its own
-(:class:`stampede.testing._app_servers.AppServer`): the many-waiters scenario's
+(:class:`support.app_servers.AppServer`): the many-waiters scenario's
 (:mod:`bench._apps.many`) and the sustained-load scenario's (``sustained_django``,
 ``sustained_flask``).
 

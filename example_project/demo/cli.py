@@ -35,7 +35,7 @@ import redis
 
 import stampede
 from example_project.expensive import runs_key
-from stampede.testing._app_servers import AppServerError
+from support.app_servers import AppServerError
 
 from .load import Stampede, Target
 from .report import Run, Summary, render_tables, summarise

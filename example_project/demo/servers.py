@@ -1,5 +1,5 @@
 """Processes the demo starts and always stops: the example apps, each served by
-waitress in processes of its own (:class:`stampede.testing._app_servers.AppServer`),
+waitress in processes of its own (:class:`support.app_servers.AppServer`),
 and the signals held back while they are stopped."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import FrameType
 
-from stampede.testing._app_servers import AppServer
+from support.app_servers import AppServer
 
 __all__ = ["APPS", "STOP_SIGNALS", "app_servers", "deferred_signals"]
 

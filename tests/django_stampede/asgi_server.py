@@ -1,7 +1,7 @@
 """The test project under uvicorn, in a process of its own, and a small HTTP
 client on asyncio streams.
 
-A process rather than a thread (:class:`stampede.testing._app_servers.AppServer`):
+A process rather than a thread (:class:`support.app_servers.AppServer`):
 a test can always stop it, even when its event loop is stuck in a blocking
 call (what these tests look for).
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from stampede.testing._app_servers import AppServer
+from support.app_servers import AppServer
 from tests.django_stampede.project import served
 
 #: The directory holding the ``tests`` package: the server imports the project from there.

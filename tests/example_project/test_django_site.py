@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from example_project.expensive import runs_key
-from stampede.testing._app_servers import AppServer
+from support.app_servers import AppServer
 
 ROOT = Path(__file__).resolve().parents[2]
 MANAGE = ROOT / "example_project" / "manage.py"

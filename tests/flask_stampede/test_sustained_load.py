@@ -18,7 +18,7 @@ import os
 import pytest
 
 from bench import _sustained
-from stampede.testing._app_servers import SERVERS
+from support.app_servers import SERVERS
 from tests.sustained import RENDER_SECONDS, TTL, check_load, check_meanwhile
 
 _namespaces = itertools.count()

@@ -1,4 +1,4 @@
-"""The test project as a server process serves it (:class:`stampede.testing._app_servers.AppServer`):
+"""The test project as a server process serves it (:class:`support.app_servers.AppServer`):
 ``asgi`` for an ASGI server, ``wsgi`` for a WSGI one, with the ``CACHES`` and
 the ``ROOT_URLCONF`` the environment gives (:func:`environment`).
 

@@ -7,12 +7,12 @@ loopback port; ready when it answers, always stopped.
 ...     server.errors()  # the exceptions its log shows, counted
 ...     server.pids()  # its processes: the master and its workers
 
-The server is ``python -m <server>`` (see :data:`SERVERS`), run through :mod:`._guard`, which kills
+The server is ``python -m <server>`` (see :data:`SERVERS`), run through :mod:`support.guard`, which kills
 its whole process group when this process closes the server's stdin or dies. :meth:`AppServer.stop`
 sends SIGTERM to the group, gives it :attr:`AppServer.stop_grace` seconds, then SIGKILLs what is
 left. Its output goes to a log file, read for error messages and :meth:`AppServer.errors`.
 
-Private to ``stampede.testing``: the apps are the caller's (tests, the benchmark, the example
+Not part of the library: the apps are the caller's (tests, the benchmarks, the example
 project), and so are the server packages (``pip install waitress`` and the like); this module
 imports neither, and names no framework.
 """
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ._closing import ClosedOnExit
-from ._ports import free_port
+from stampede.testing._closing import ClosedOnExit
+from stampede.testing._ports import free_port
 
 __all__ = ["SERVERS", "AppServer", "AppServerError", "Server"]
 
@@ -48,7 +48,7 @@ READY_TIMEOUT = 60.0
 STOP_GRACE = 5.0
 #: Seconds to wait for a killed server to be reaped: SIGKILL cannot be refused, so only a bound.
 _REAPED_TIMEOUT = 10.0
-_GUARD = Path(__file__).with_name("_guard.py")
+_GUARD = Path(__file__).with_name("guard.py")
 _HOST = "127.0.0.1"
 _BACKLOG = "2048"
 

@@ -1,7 +1,7 @@
 """Run a server's ``python -m`` entry point in a process that ends, with its whole process group, as
 soon as its parent does: ``python .../_guard.py MODULE [ARG...]``, its stdin a pipe from the parent.
 
-:class:`stampede.testing._app_servers.AppServer` starts every app server so. The parent never
+:class:`support.app_servers.AppServer` starts every app server so. The parent never
 writes to the pipe; when its end closes (the parent closed it, or died and the kernel closed it),
 this process kills its process group (the server and the workers it forked or spawned, started in
 a session of their own) with SIGKILL: no server outlives what started it, even a parent killed
@@ -12,7 +12,7 @@ Why this shape:
 - In the server's own process, not a wrapper process around it: the process the parent holds is
   the server itself, so its pid, its exit code and its connections are the server's, and no layer
   has to pass signals on.
-- Run by its file path, not with ``-m``: the child imports nothing of ``stampede`` (only the
+- Run by its file path, not with ``-m``: the child imports nothing of this repository (only the
   standard library), so it needs no import path of its own and starts as fast as ``python -m
   MODULE``; ``sys.path[0]`` is then made the working directory, as ``-m`` makes it.
 - Stdlib only, and naming no app or framework: the core's import rules hold here too.
