@@ -68,6 +68,9 @@ demo: $(STAMP)
 	$(BIN)/python -m example_project.demo $(DEMO_ARGS)
 
 ## make bench: stampede side by side with its peers, each on its own redis-server
+## (python -m bench herd); BENCH_ARGS="NAME [options]" runs another benchmark
+## (python -m bench lists them; bench/README.md says what each one backs)
+BENCH_ARGS ?= herd
 bench: $(STAMP)
 	$(BIN)/pip install --quiet -e ".[bench]"
 	$(BIN)/python -m bench $(BENCH_ARGS)

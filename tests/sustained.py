@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench import _sustained
+from bench.load import _sustained
 from support.app_servers import SERVERS, Server
 
 #: Clients asking at once, seconds of asking, the page's timeout and its render's length: about

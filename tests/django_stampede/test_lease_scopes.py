@@ -23,9 +23,9 @@ import redis
 from django.core.cache import caches
 from django.test import Client, override_settings
 
-from bench import _sustained
-from bench._apps.sustained_config import flag_events
-from bench._timeline import Render
+from bench.load import _sustained
+from bench.load._apps.sustained_config import flag_events
+from bench.load._timeline import Render
 from stampede._redis.scripts import UNFILLED
 from tests.django_stampede import workers
 from tests.sustained import check_load, server_named

@@ -17,7 +17,7 @@ import os
 
 import pytest
 
-from bench import _sustained
+from bench.load import _sustained
 from tests.sustained import RENDER_SECONDS, TTL, check_load, check_meanwhile, server_named
 
 _namespaces = itertools.count()
