@@ -18,10 +18,10 @@ from ._core.events import Event as Event
 from ._core.events import EventHook as EventHook
 from ._core.events import EventKind as EventKind
 from ._core.events import hook_from as hook_from
+from ._core.lease import Lease as Lease
+from ._core.lease import Read as Read
 from ._core.near import NearCache as NearCache
 from ._core.options import Options as Options
-from ._core.reads import Lease as Lease
-from ._core.reads import Read as Read
 from ._core.scope import LeaseScope as LeaseScope
 from ._core.serializers import Compressed as Compressed
 from ._core.serializers import JsonSerializer as JsonSerializer

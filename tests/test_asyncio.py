@@ -249,7 +249,7 @@ async def test_a_cancellation_storm_leaves_no_lease_no_flight_and_no_second_rebu
     client = instances[0].client
     await eventually(lambda: _absent(client, lease))  # function rebuilds release in the background
     for sf in instances:
-        assert len(sf._flights) == 0
+        assert len(sf._calls.flights) == 0
         assert not sf._reads._pending
     assert await instances[1].get_or_rebuild("k", arebuild, ttl=60) == "whole"
     for sf in instances:

@@ -273,7 +273,7 @@ def test_a_caller_that_joins_a_rebuild_overtaken_by_a_newer_write_is_not_served_
     there.delete("k")
     # The same caller misses and joins the rebuild still in flight here.
     followed = leader.submit(here.get_or_rebuild, "k", lambda: data["version"])
-    wait_until(lambda: here._flights.followers() == 1)
+    wait_until(lambda: here._calls.flights.followers() == 1)
     release.set()
     assert led.result(10) == 1  # its own caller asked before the writes
     assert followed.result(10) == 3  # not 1: older than what this caller already had

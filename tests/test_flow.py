@@ -14,14 +14,13 @@ import pytest
 
 from stampede import EventKind, PickleSerializer, RedisUnavailableError, SerializationError, WaitTimeoutError
 from stampede._core.envelope import Codec, Entry, decode, encode
-from stampede._core.flow import (
-    BUSY_MEMO_SECONDS,
+from stampede._core.flow import Flow
+from stampede._core.memos import BUSY_MEMO_SECONDS, BusyLeases
+from stampede._core.ops import (
     Acquire,
     Acquired,
-    BusyLeases,
     Capture,
     Commit,
-    Flow,
     Lookup,
     Op,
     Rebuild,

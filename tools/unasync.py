@@ -22,9 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: Source (asyncio) -> twin (blocking), relative to the repository.
 TWINS = {
-    "stampede/_async/batches.py": "stampede/_sync/batches.py",
     "stampede/_async/groups.py": "stampede/_sync/groups.py",
     "stampede/_async/keeper.py": "stampede/_sync/keeper.py",
+    "stampede/_async/lookups.py": "stampede/_sync/lookups.py",
     "stampede/_async/operations.py": "stampede/_sync/operations.py",
     "stampede/_async/reads.py": "stampede/_sync/reads.py",
     "stampede/_async/runner.py": "stampede/_sync/runner.py",

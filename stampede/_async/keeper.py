@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import threading
 
+from .._core.clock import Clock
 from .._core.events import logger
-from .._core.flow import Clock, renew_interval
-from .._core.reads import Lease
+from .._core.lease import Lease
+from .._core.waits import renew_interval
 from .._exceptions import ConfigurationError, RedisUnavailableError
 from .._primitives import AsyncWorker, async_sleep
 from .server import AsyncServer

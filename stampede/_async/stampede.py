@@ -16,30 +16,27 @@ carrying out each operation it yields (a script, a wait, the rebuild).
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Hashable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis.exceptions
 
+from .._core.batch import get_or_rebuild_many
 from .._core.cached import CachedFunction, check_decorated, key_builder
+from .._core.calls import Calls
+from .._core.clock import Clock
 from .._core.envelope import NOT_PLAIN, Entry
-from .._core.events import EventHook, EventKind, logger
-from .._core.flights import KeyLocks, LocalFlight, LocalFlights
-from .._core.flow import (
-    Clock,
-    Flow,
-    Lookup,
-    Op,
-    Release,
-)
+from .._core.events import EventHook
 from .._core.keys import Keys
+from .._core.lease import Lease, Read
 from .._core.near import NOT_HERE
+from .._core.ops import Lookup
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
-from .._core.reads import LEASE_TAKEN, Lease, Paused, Read
 from .._core.scope import LeaseScope
 from .._core.serializers import Serializer
 from .._core.settings import Settings
 from .._core.tags import TagsUnknown
+from .._core.turns import KeyLocks
 from .._exceptions import ConfigurationError
 from .._primitives import (
     AsyncBackground,
@@ -52,15 +49,14 @@ from .._primitives import (
     async_current_owner,
     async_forks_with,
 )
-from .._redis import scripts as lua
-from .._redis.clients import check_client
+from .._redis.clients import check_client, fails_over
 from .._redis.urls import connect, split_options
-from .batches import AsyncBatches
 from .groups import AsyncGroups
 from .keeper import AsyncLeaseKeeper
+from .lookups import AsyncLookups
 from .operations import AsyncOperations
 from .reads import AsyncSharedReads
-from .runner import AsyncFlowRunner
+from .runner import AsyncRunner
 from .server import AsyncServer
 from .subscriber import async_subscriber_for
 
@@ -153,7 +149,10 @@ class Stampede(AsyncOperations):
             option_values=option_values,
         )
         self._settings = settings
-        self._server = AsyncServer(client, tuple(replicas), settings, self._after_script)
+        self._near = settings.near_store()
+        #: The machines of this instance's calls, and what its callers share.
+        self._calls = Calls(settings, AsyncEvent, fails_over=fails_over(client), near=self._near)
+        self._server = AsyncServer(client, tuple(replicas), settings, self._calls)
         if settings.near is not None and (self._server.cluster or replicas):
             # Tracking is per node, and replicas lag: neither is coherent yet.
             raise ConfigurationError(
@@ -168,11 +167,8 @@ class Stampede(AsyncOperations):
         self._clock = settings.clock
         self._owns_client = False  # set by from_url(), whose client close() closes
         self._owned: list[Any] = []  # more clients from_url() made (a Sentinel's), closed with it
-        self._flights: LocalFlights[AsyncEvent] = LocalFlights(AsyncEvent)
         self._turns = KeyLocks(AsyncLock)
         self._subscriber = async_subscriber_for(client)
-        self._near = settings.near_store()
-        self._indexes_hot = settings.indexes_hot
         # Hits of the common case, read without events (see Codec.plain_value).
         self._plain_hits = settings.on_event is None
         self._plain_value = settings.codec.plain_value
@@ -182,19 +178,18 @@ class Stampede(AsyncOperations):
             self._subscriber.track(settings.tags)  # tag states, dropped as soon as they change
         self._reads = AsyncSharedReads(self._server, self._near)
         self._groups = AsyncGroups(settings, self._server, self._reads)
-        self._runner = AsyncFlowRunner(
-            settings, self._server, self._subscriber, self._background, self._groups
+        self._lookups = AsyncLookups(
+            settings, self._server, self._reads, self._groups, self._subscriber, self._near
         )
         self._keeper = AsyncLeaseKeeper(self._server, settings.clock)
-        self._batches = AsyncBatches(
+        self._runner = AsyncRunner(
             settings,
             self._server,
-            self._groups,
-            self._runner,
+            self._lookups,
             self._subscriber,
-            self._near,
-            self._one_key,
             self._background,
+            self._groups,
+            self._keeper,
         )
         async_forks_with(self)
 
@@ -204,8 +199,7 @@ class Stampede(AsyncOperations):
         locks they held are dropped with them."""
         self._reads.forked()
         self._settings.tags.forked()
-        self._batches.forked()
-        self._flights = LocalFlights(AsyncEvent)
+        self._calls.forked()
         self._turns = KeyLocks(AsyncLock)
         self._background.forked()
         self._keeper.forked()
@@ -318,16 +312,16 @@ class Stampede(AsyncOperations):
         keys = self._keys(key)
         # _first_read, inlined: this is every other hit's path.
         if near is not None:
-            near_found = await self._near_read(keys, options, key)
+            near_found = await self._lookups.near(keys, options, key)
             if isinstance(near_found, Entry):
                 return near_found.value  # type: ignore[no-any-return]
             if near_found is not None:
-                return cast(T, await self._single_flight(keys, options, near_found, rebuild, tag_ids))
+                return cast(T, await self._missed(keys, options, near_found, rebuild, tag_ids))
         try:
             raw = await self._reads.get(keys.value)
         except redis.exceptions.RedisError as exc:
             lookup = self._server.read_failed(keys, exc)
-            return cast(T, await self._single_flight(keys, options, lookup, rebuild, tag_ids))
+            return cast(T, await self._missed(keys, options, lookup, rebuild, tag_ids))
         if self._plain_hits and options.beta is None:
             value = self._plain_value(keys.value, raw, self._now())
             if value is not NOT_PLAIN:
@@ -337,10 +331,22 @@ class Stampede(AsyncOperations):
             # Not cast(): a function call, on every hit.
             return found.value  # type: ignore[no-any-return]
         if isinstance(found, TagsUnknown):
-            found = await self._judged(keys, raw, options, found)
+            found = await self._lookups.judged(keys, raw, options, found)
             if isinstance(found, Entry):
                 return found.value  # type: ignore[no-any-return]
-        return cast(T, await self._single_flight(keys, options, found, rebuild, tag_ids))
+        return cast(T, await self._missed(keys, options, found, rebuild, tag_ids))
+
+    async def _missed(
+        self,
+        keys: Keys,
+        options: Options,
+        lookup: Lookup,
+        rebuild: AsyncRebuilder[Any],
+        tags: tuple[bytes, ...],
+    ) -> Any:
+        """A ``get_or_rebuild`` past a first read that was not a hit."""
+        steps = self._calls.get_or_rebuild(keys, options, lookup, tags, can_wait=async_can_block())
+        return await self._runner.drive(steps, keys, options, rebuild)
 
     async def get_or_rebuild_many(
         self,
@@ -371,182 +377,13 @@ class Stampede(AsyncOperations):
             raise unknown_arguments(self.get_or_rebuild_many, unknown)
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
-        return await self._batches.get_or_rebuild_many(keys, rebuild_many, options, tag_ids)
-
-    async def _one_key(
-        self, keys: Keys, options: Options, rebuild: AsyncRebuilder[Any], tags: tuple[bytes, ...]
-    ) -> Any:
-        """:meth:`get_or_rebuild` of one key, its options settled."""
-        found = await self._first_read(keys, options)
-        if isinstance(found, Entry):
-            return found.value
-        return await self._single_flight(keys, options, found, rebuild, tags)
-
-    async def _first_read(self, keys: Keys, options: Options, key: Any = None) -> Entry | Lookup:
-        """The hit (the fresh :class:`Entry` to serve), or what the flow needs."""
-        if self._near is not None:
-            near_found = await self._near_read(keys, options, key)
-            if near_found is not None:
-                return near_found
-        try:
-            raw = await self._reads.get(keys.value)
-        except redis.exceptions.RedisError as exc:
-            return self._server.read_failed(keys, exc)
-        found = self._lookup(keys, raw, options)
-        if isinstance(found, TagsUnknown):
-            return await self._judged(keys, raw, options, found)
-        return found
-
-    async def _judged(
-        self, keys: Keys, raw: bytes | None, options: Options, unknown: TagsUnknown
-    ) -> Entry | Lookup:
-        """What ``raw`` holds once the tag states it needs were read. If Redis
-        fails them, the value in hand is not served as fresh: the flow tries to
-        refresh it, and serves it stale if Redis fails that too."""
-        if not await self._groups.read_lacking(unknown.ids):
-            return Lookup(self._settings.decode(keys, raw))
-        return self._settings.judged(keys, raw, options)
-
-    async def _near_read(self, keys: Keys, options: Options, key: Any = None) -> Entry | Lookup | None:
-        """What this process's copy of ``keys`` says (see ``_near_lookup``),
-        if one may be served; ``None``: read Redis. A fresh hit of a caller's
-        ``key`` puts the copy in the hot index, where its next hits find it."""
-        near = self._near
-        assert near is not None
-        if not near.live:
-            self._subscriber.revive()
-            return None
-        if not (self._subscriber.quiet() or await self._subscriber.settled()):
-            return None
-        raw = near.get(keys.value)
-        if raw is None:
-            return None
-        found = self._settings.near_lookup(keys, raw, options)
-        if isinstance(found, TagsUnknown):
-            return None  # Redis is read, and the tag states with it
-        if key is not None and isinstance(found, Entry) and self._indexes_hot:
-            near.index(key, keys.value, raw, functools.partial(self._settings.hot_copy, raw))
-        return found
-
-    # --- this process's flight for a key ------------------------------------
-
-    async def _single_flight(
-        self,
-        keys: Keys,
-        options: Options,
-        lookup: Lookup,
-        rebuild: AsyncRebuilder[Any],
-        tags: tuple[bytes, ...] = (),
-    ) -> Any:
-        missed = False  # whether this call was reported as a miss
-        while True:
-            flight, leader = self._flights.join(keys.value)
-            if leader:
-                break
-            late = flight.overtaken  # joined after a write of this process: read again after it
-            if lookup.entry is not None:
-                return self._settings.serve_follower(keys, lookup.entry)
-            if not async_can_block():
-                return await self._runner.drive(
-                    self._flow(keys, options).without_waiting(), keys, options, rebuild
-                )
-            missed = self._settings.miss_once(keys, missed)
-            started = self._clock.monotonic()
-            if not await flight.done.wait(options.wait_timeout):
-                return await self._after_wait_timeout(keys, options, rebuild)
-            self._settings.waited(keys, started)
-            if flight.superseded or late:
-                again = await self._first_read(keys, options)  # what the newer write left
-                if isinstance(again, Entry):
-                    return again.value
-                lookup = again
-            elif not flight.abandoned:
-                return flight.outcome()
-        if options.background and lookup.entry is not None:
-            self._refresh_in_background(keys, options, lookup, rebuild, flight, tags)
-            return self._settings.serve_follower(keys, lookup.entry)
-        flow = self._flow(keys, options, can_wait=async_can_block(), missed=missed, tags=tags)
-        return await self._lead_flight(keys.value, flight, flow, flow.run(lookup), keys, options, rebuild)
-
-    async def _after_wait_timeout(self, keys: Keys, options: Options, rebuild: AsyncRebuilder[Any]) -> Any:
-        # Callers that gave up on this process's own flight share one
-        # fallback, so a slow rebuild is not joined by one more per caller.
-        fallback_key = (keys.value, "after-wait")
-        while True:
-            flight, leader = self._flights.join(fallback_key)
-            if leader:
-                break
-            await flight.done.wait()  # bounded as a rebuild of its own would be
-            if not flight.abandoned:
-                return flight.outcome()
-        flow = self._flow(keys, options)
-        steps = flow.after_wait_timeout()
-        return await self._lead_flight(fallback_key, flight, flow, steps, keys, options, rebuild)
-
-    async def _lead_flight(
-        self,
-        flight_key: Hashable,
-        flight: LocalFlight[AsyncEvent],
-        flow: Flow,
-        steps: Generator[Op, Any, Any],
-        keys: Keys,
-        options: Options,
-        rebuild: AsyncRebuilder[Any],
-    ) -> Any:
-        try:
-            value = await self._runner.drive(steps, keys, options, rebuild)
-        except BaseException as exc:
-            self._flights.finish(flight_key, flight, error=exc)
-            raise
-        self._flights.finish(flight_key, flight, value=value, superseded=flow.superseded)
-        return value
-
-    def _refresh_in_background(
-        self,
-        keys: Keys,
-        options: Options,
-        lookup: Lookup,
-        rebuild: AsyncRebuilder[Any],
-        flight: LocalFlight[AsyncEvent],
-        tags: tuple[bytes, ...],
-    ) -> None:
-        async def refresh() -> None:
-            flow = self._flow(keys, options, background=True, tags=tags)
-            try:
-                value = await self._runner.drive(flow.run(lookup), keys, options, rebuild)
-            except BaseException as exc:
-                logger.warning("background refresh of %r failed", keys.name, exc_info=exc)
-                self._flights.finish(keys.value, flight, error=exc)
-                if not isinstance(exc, Exception):
-                    raise
-            else:
-                self._flights.finish(keys.value, flight, value=value, superseded=flow.superseded)
-
-        try:
-            self._background.start(refresh, f"stampede-refresh {keys.name}")
-        except RuntimeError as exc:  # shutting down
-            logger.info("cannot refresh %r in the background: %s", keys.name, exc)
-            self._flights.finish(keys.value, flight, error=exc)
-
-    def _after_script(self, script: str, *written: Keys) -> None:
-        """After ``script`` ran on ``written``: the outcomes of flights of
-        those keys that were under way are not shared after it (see
-        ``LocalFlight.overtaken``)."""
-        if script in lua.WRITES:
-            near = self._near
-            for keys in written:
-                value = keys.value
-                self._settings.busy.forget(value)
-                self._settings.unfilled.forget(value)
-                if near is not None:
-                    near.invalidate([value])  # this process sees its own write at once
-                self._flights.overtake(value, (value, "read"), (value, "after-wait"))
-
-    # --- running the flow ---------------------------------------------------
-
-    def _flow(self, keys: Keys, options: Options, **kwargs: Any) -> Flow:
-        """A :class:`Flow` for one call; ``kwargs``: the flow's keyword options."""
-        return self._settings.flow(keys, options, fails_over=self._server.fails_over, **kwargs)
+        if not callable(rebuild_many):
+            raise ConfigurationError(f"rebuild_many must be callable, got {rebuild_many!r}")
+        named = self._settings.many(keys)
+        if not named:
+            return {}
+        steps = get_or_rebuild_many(self._calls, named, options, tag_ids, can_wait=async_can_block())
+        return cast(dict[Any, Any], await self._runner.drive(steps, None, options, rebuild_many))
 
     # --- a lease handed to the caller ---------------------------------------
 
@@ -599,80 +436,19 @@ class Stampede(AsyncOperations):
             if value is not NOT_HERE:
                 return _found(Read, (True, value, None, None, False))
         keys = self._keys(key)
+        owner = async_current_owner() if scope is not None else None
         if scope is not None and scope._held:
-            namespace = self._settings.keys.namespace
-            reader = scope._reader(namespace, key)
-            if reader is not None:
-                if reader != async_current_owner():
-                    # Another task or thread of this unit of work rebuilds it:
-                    # never wait for ourselves.
-                    return Read(False)
-                # Read twice by the same caller, and not written in between:
-                # this unit of work does not fill the key; nobody need wait.
-                again = scope._take(namespace, key)
-                assert again is not None
-                await self._give_back(again, unfilled=not scope.failed)
-        lookup = await self._first_read(keys, options, key)
+            steps = self._calls.reread_in_scope(scope, key, owner)
+            early = await self._runner.drive(steps, keys, options, None)
+            if early is not None:
+                return cast(Read, early)
+        lookup = await self._lookups.first(keys, options, key)
         if isinstance(lookup, Entry):
             return Read(True, lookup.value)
-        if lookup.entry is None and lookup.error is None:
-            unfilled = self._settings.known_unfilled(keys)
-            if unfilled is not None:
-                return unfilled
-        can_wait = async_can_block()
-        flight_key = (keys.value, "read")
-        deadline = self._clock.monotonic() + options.wait_timeout
-        missed = False  # whether this call was reported as a miss
-        while True:
-            flight, leader = self._flights.join(flight_key)
-            if leader:
-                break
-            late = flight.overtaken  # joined after a write of this process: its outcome may be older
-            if lookup.entry is not None:
-                return Read(True, self._settings.serve_follower(keys, lookup.entry))
-            if not can_wait:
-                self._settings.emit(keys, EventKind.NO_WAIT)
-                return Read(False)
-            missed = self._settings.miss_once(keys, missed)
-            started = self._clock.monotonic()
-            remaining = deadline - started
-            if remaining <= 0 or not await flight.done.wait(remaining):
-                return self._settings.read_timed_out(keys, options)
-            self._settings.waited(keys, started)
-            if flight.abandoned or late:
-                continue
-            shared = flight.outcome()
-            if shared is not LEASE_TAKEN:
-                return shared  # type: ignore[no-any-return]
-            # A caller of this process rebuilds under the lease: the next
-            # flight waits for its commit.
-        try:
-            flow = self._flow(
-                keys,
-                options,
-                take_over=False,
-                can_wait=can_wait,
-                deadline=deadline,
-                missed=missed,
-                tags=tag_ids,
-            )
-            outcome = await self._runner.drive(flow.run(lookup), keys, options, None)
-            read = (
-                self._settings.lease_for(keys, options, flow, outcome)
-                if isinstance(outcome, Paused)
-                else None
-            )
-        except BaseException as exc:
-            self._flights.finish(flight_key, flight, error=exc)
-            raise
-        if read is None:
-            read = Read(True, outcome)
-        self._flights.finish(flight_key, flight, value=LEASE_TAKEN if read.lease is not None else read)
-        if scope is not None and read.lease is not None:
-            scope._hold(self._settings.keys.namespace, key, read.lease, async_current_owner())
-            if scope.renew:
-                self._keeper.keep(read.lease)
-        return read
+        steps = self._calls.read(
+            keys, key, options, lookup, tag_ids, can_wait=async_can_block(), scope=scope, owner=owner
+        )
+        return cast(Read, await self._runner.drive(steps, keys, options, None))
 
     async def commit(
         self,
@@ -697,43 +473,26 @@ class Stampede(AsyncOperations):
         """
         if unknown:
             raise unknown_arguments(self.commit, unknown)
-        rebuilt = self._settings.rebuilt_by_holder(lease, value)
-        options = self._settings.settle_options(lease, ttl, stale_ttl)
+        calls = self._calls
+        rebuilt = calls.rebuilt_by_holder(lease, value)
+        options = calls.settle_options(lease, ttl, stale_ttl)
         lease._stop_renewing()
-        flow = lease._flow
-        if tags is not None:
-            tag_ids = self._settings.tag_ids(tags)
-            if tag_ids != flow.tags:
-                try:
-                    captured = await self._groups.capture(tag_ids, options, lease._won_at)
-                except BaseException:
-                    # Nothing stored: the lease is freed for another caller.
-                    release = Release(lease.token, detached=True)
-                    await self._runner.execute(release, lease.keys, lease._options, None)
-                    raise
-                flow.tags, flow.captured = tag_ids, captured
-        _, error = await self._runner.drive(
-            flow.settle(lease.token, rebuilt, None, lease._won_at if store_if_lapsed else None),
-            lease.keys,
-            options,
-            None,
-        )
-        if error is not None:
-            raise error
-        return flow.committed
+        tag_ids = None if tags is None else self._settings.tag_ids(tags)
+        steps = calls.commit(lease, rebuilt, tag_ids, store_if_lapsed=store_if_lapsed)
+        return cast(bool, await self._runner.drive(steps, lease.keys, options, None))
 
     async def release(self, lease: Lease) -> None:
         """Give up a lease from :meth:`read` without storing anything, so that
         another caller can rebuild at once."""
-        self._settings.rebuilt_by_holder(lease, None)  # validates the argument
+        self._calls.rebuilt_by_holder(lease, None)  # validates the argument
         await self._give_back(lease, unfilled=False)
 
     async def _give_back(self, lease: Lease, *, unfilled: bool) -> None:
         """Free ``lease`` without a value; ``unfilled``: its holder's unit of
         work did not fill the key (marked so, if its reader found it missing)."""
-        lease._stop_renewing()
-        release = Release(lease.token, unfilled=unfilled and lease._on_miss)
-        await self._runner.execute(release, lease.keys, lease._options, None)
+        await self._runner.drive(
+            self._calls.give_back(lease, unfilled=unfilled), lease.keys, lease._options, None
+        )
 
     # --- a unit of work's leases ----------------------------------------------
 

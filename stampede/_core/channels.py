@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
-from .flow import RELEASED
+from .ops import RELEASED
 
 __all__ = ["ANCHOR_PREFIX", "Channels", "Shards", "SlotMoved", "WatchBase"]
 

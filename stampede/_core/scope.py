@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .reads import Lease
+from .lease import Lease
 
 __all__ = ["LeaseScope"]
 

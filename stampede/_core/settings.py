@@ -6,7 +6,8 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._exceptions import ConfigurationError, WaitTimeoutError
+from .._exceptions import ConfigurationError
+from .clock import Clock, SystemClock
 from .envelope import (
     HEADER_SIZE,
     KIND,
@@ -15,34 +16,16 @@ from .envelope import (
     CorruptEntryError,
     Dropped,
     Entry,
-    fresh_until_bytes,
     read_block,
 )
 from .events import Event, EventHook, EventKind, logger
-from .flow import (
-    CANCELLED,
-    RELEASED,
-    Acquire,
-    Acquired,
-    BusyLeases,
-    Clock,
-    Commit,
-    Flow,
-    Lookup,
-    Rebuilt,
-    Refused,
-    Release,
-    SystemClock,
-    UnfilledKeys,
-    envelope_of,
-)
 from .keys import Keys, KeySpace
 from .near import Copy, NearCache, NearStore
+from .ops import Lookup
 from .options import UNSET, Options
-from .reads import Lease, Paused, Read
 from .serializers import PickleSerializer, Serializer
 from .signing import signer_from
-from .tags import DELETED, SUFFIX, UNTAGGED, Captured, TagStates, TagsUnknown, tag_ids
+from .tags import DELETED, TagStates, TagsUnknown, tag_ids
 
 __all__ = ["Settings"]
 
@@ -52,8 +35,7 @@ _ALL_UNSET = (UNSET,) * len(_CALL_FIELDS)
 
 class Settings:
     """An instance's settings, checked, and what follows from them without I/O:
-    key names, each call's options, encoding and decoding, events, and each
-    script's arguments and reply."""
+    key names, each call's options, encoding and decoding, events."""
 
     def __init__(
         self,
@@ -117,9 +99,6 @@ class Settings:
         self.on_event = on_event
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._now = self.clock.time  # bound once: it is on every hit
-        #: Keys another process was found refreshing: not asked again for a moment.
-        self.busy = BusyLeases()
-        self.unfilled = UnfilledKeys()
 
     # --- options, keys, events ---------------------------------------------
 
@@ -319,79 +298,7 @@ class Settings:
             return True
         return False
 
-    def flow(self, keys: Keys, options: Options, *, fails_over: bool, **kwargs: Any) -> Flow:
-        """A :class:`Flow` for one call; ``kwargs``: the flow's keyword options."""
-
-        def emit(kind: EventKind, **details: Any) -> None:
-            self.emit(keys, kind, **details)
-
-        return Flow(
-            keys,
-            options,
-            self.codec,
-            lambda raw: self.decode(keys, raw),
-            self.clock,
-            emit,
-            fails_over=fails_over,
-            busy=self.busy,
-            unfilled_keys=self.unfilled,
-            **kwargs,
-        )
-
-    def known_unfilled(self, keys: Keys) -> Read | None:
-        """A ``read`` of ``keys``, found missing: a miss at once if this process
-        found it marked as a key that reads do not fill moments ago (see
-        :class:`~stampede._core.flow.UnfilledKeys`), else ``None``."""
-        if not self.unfilled.known(keys.value, self.clock.monotonic()):
-            return None
-        self.emit(keys, EventKind.MISS)
-        self.emit(keys, EventKind.UNFILLED)
-        return Read(False, unfilled=True)
-
-    def read_timed_out(self, keys: Keys, options: Options) -> Read:
-        """A ``read`` that waited ``wait_timeout`` in vain for its process's flight."""
-        self.emit(keys, EventKind.WAIT_TIMEOUT)
-        if options.on_wait_timeout == "raise":
-            raise WaitTimeoutError(keys.name, options.wait_timeout)
-        return Read(False)
-
-    def miss_once(self, keys: Keys, missed: bool) -> bool:
-        """A caller about to wait for a rebuild its process already has under
-        way: a miss, reported once per call (its flow, should it lead later,
-        does not report it again). Returns ``True``: reported."""
-        if not missed:
-            self.emit(keys, EventKind.MISS)
-        return True
-
-    def waited(self, keys: Keys, started: float) -> None:
-        """A caller's wait for its process's own flight ended (monotonic ``started``)."""
-        if self.on_event is not None:
-            self.emit(keys, EventKind.WAIT, duration=self.clock.monotonic() - started)
-
-    def serve_follower(self, keys: Keys, entry: Entry) -> Any:
-        """A caller whose process already has a refresh of ``keys`` under way."""
-        fresh = entry.is_fresh(self.clock.time())
-        self.emit(keys, EventKind.HIT if fresh else EventKind.STALE_HIT)
-        return entry.value
-
-    # --- script arguments ---------------------------------------------------
-
-    def write_args(
-        self, keys: Keys, value: Any, options: Options, captured: Captured = UNTAGGED
-    ) -> list[Any]:
-        data = envelope_of(
-            self.codec, keys, value, options, now=self.clock.time(), duration=0.0, captured=captured
-        )
-        return [data, options.expire_ms or 0, keys.channel, self.options.lapse_ms]
-
-    def delete_args(self, keys: Keys) -> list[Any]:
-        return ["", 0, keys.channel, self.options.lapse_ms]
-
-    def invalidate_args(self) -> list[Any]:
-        return [self.options.lapse_ms]
-
-    def touch_args(self, options: Options) -> list[Any]:
-        return [fresh_until_bytes(self.fresh_until(options)), options.expire_ms or 0]
+    # --- values changed in place -----------------------------------------------
 
     def fresh_until(self, options: Options) -> float:
         ttl = options.ttl
@@ -411,23 +318,6 @@ class Settings:
         if not -(2**63) <= total < 2**63:  # as Redis's INCRBY on unsigned values
             raise OverflowError(f"incrementing key {keys.name!r} leaves the 64-bit integer range")
         return self.codec.resigned(keys.value, raw, number=total), total
-
-    @staticmethod
-    def incr_args(delta: int) -> list[Any]:
-        if isinstance(delta, bool) or not isinstance(delta, int):
-            raise ConfigurationError(f"delta must be an int, got {delta!r}")
-        return [delta]
-
-    @staticmethod
-    def incr_result(keys: Keys, reply: list[Any]) -> int | None:
-        status = int(reply[0])
-        if status == 1:
-            return int(reply[1])
-        if status == 0:
-            return None
-        if status == -1:
-            raise TypeError(f"the value of key {keys.name!r} is not an integer")
-        raise OverflowError(f"incrementing key {keys.name!r} leaves the 64-bit integer range")
 
     def items(self, mapping: Mapping[Any, Any]) -> list[tuple[Keys, Any]]:
         if not isinstance(mapping, Mapping):
@@ -466,88 +356,3 @@ class Settings:
             if entry is not None:
                 found[key] = entry.value
         return found, unknown
-
-    def unlink_plan(
-        self, names: list[bytes], *, under: bytes, tag_states: bool = False
-    ) -> tuple[list[bytes], list[bytes], list[Keys]]:
-        """Sort names that ``SCAN`` found under this namespace for deleting the
-        values whose names start with ``under``: values and other keys to
-        unlink, and keys whose rebuild is under way (they have a lease) to
-        delete as ``delete`` does, leaving a fence, so that rebuild cannot
-        store what it read before. Fences are left to expire: deleting one
-        would let such a commit through. Tags' states are unlinked only with
-        ``tag_states`` (``clear``): other entries may carry a tag whose name
-        starts like a prefix of keys."""
-        prefix = self.keys.prefix
-        leased: set[bytes] = set()
-        values: list[bytes] = []
-        others: list[bytes] = []
-        for name in names:
-            if b"}" not in name:  # a value's name: the only kind without one
-                if name.startswith(under):
-                    values.append(name)
-                continue
-            if name.endswith(SUFFIX):  # a tag's state
-                if tag_states:
-                    others.append(name)
-                continue
-            end = name.rfind(b"}")
-            value = name[len(prefix) : end]  # what a lease, fence or scratch key is beside
-            if not name.startswith(prefix) or not value.startswith(under):
-                continue
-            if name[end:] == b"}:lease":
-                leased.add(value)
-            elif name[end:] != b"}:fence":
-                others.append(name)
-        values = [name for name in values if name not in leased]
-        fenced = [Keys(value.decode("utf-8", "backslashreplace"), value) for value in sorted(leased)]
-        return values, others, fenced
-
-    def lease_for(self, keys: Keys, options: Options, flow: Flow, paused: Paused) -> Read:
-        if paused.token is None:  # no lease to hand out (unfilled, fail-open, or gave up waiting)
-            return Read(False, unfilled=flow.unfilled)
-        clock = self.clock
-        lease = Lease(
-            keys, paused.token, flow, options, clock.monotonic(), flow.won_at, on_miss=paused.stale is None
-        )
-        return Read(False, None, lease, paused.stale)
-
-    def settle_options(self, lease: Lease, ttl: Any, stale_ttl: Any) -> Options:
-        """The lease's options, with the committer's ``ttl``/``stale_ttl`` if given."""
-        given = {
-            name: value for name, value in (("ttl", ttl), ("stale_ttl", stale_ttl)) if value is not UNSET
-        }
-        options = lease._options.merged(given) if given else lease._options
-        lease._flow.options = options
-        return options
-
-    def rebuilt_by_holder(self, lease: Lease, value: Any) -> Rebuilt:
-        if not isinstance(lease, Lease):
-            raise ConfigurationError(f"lease must be a stampede.Lease from read(), got {lease!r}")
-        return Rebuilt(value, None, self.clock.monotonic() - lease._started)
-
-    def op_call(self, op: Acquire | Commit | Release, keys: Keys, options: Options) -> tuple[str, list[Any]]:
-        """The script and arguments that carry out a lease operation."""
-        if isinstance(op, Acquire):
-            return "acquire", [op.token, options.lease_ms, "r" if op.reads else ""]
-        if isinstance(op, Commit):
-            since = "" if op.won_at is None else op.won_at
-            args = [op.token, op.data, options.expire_ms or 0, keys.channel, since, options.lapse_ms]
-            return "commit", args
-        unfilled_ms = options.unfilled_ms if op.unfilled else 0
-        return "release", [op.token, keys.channel, CANCELLED if op.retake else RELEASED, unfilled_ms]
-
-    @staticmethod
-    def op_result(op: Acquire | Commit | Release, reply: Any) -> Any:
-        if isinstance(op, Acquire):
-            if reply[0] == 1:
-                won_at = reply[2]
-                return Acquired(
-                    True, reply[1], won_at=won_at.decode() if isinstance(won_at, bytes) else won_at
-                )
-            return Acquired(False, lease_pttl=int(reply[1]), unfilled=reply[0] == 2)
-        if isinstance(op, Commit):
-            if isinstance(reply, list):
-                return Refused(reply[1] if len(reply) > 1 else None)
-            return True
-        return None

@@ -130,6 +130,12 @@ def is_cluster(client: Any) -> bool:
     return isinstance(client, (redis.cluster.RedisCluster, redis.asyncio.cluster.RedisCluster))
 
 
+def fails_over(client: Any) -> bool:
+    """Whether the primary ``client`` talks to is replaced when it fails (a
+    Redis Cluster, a Sentinel-watched master) rather than gone."""
+    return is_cluster(client) or sentinel_pool(client) is not None
+
+
 class Standbys:
     """The clients that may hold a copy of a key when its primary fails: the
     replicas given, a cluster node's replicas, or a Sentinel-watched

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import threading
 
+from .._core.clock import Clock
 from .._core.events import logger
-from .._core.flow import Clock, renew_interval
-from .._core.reads import Lease
+from .._core.lease import Lease
+from .._core.waits import renew_interval
 from .._exceptions import ConfigurationError, RedisUnavailableError
 from .._primitives import Worker, sleep
 from .server import Server

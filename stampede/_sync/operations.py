@@ -11,24 +11,26 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import redis.exceptions
 
-from .._core.envelope import Entry
-from .._core.events import EventKind
-from .._core.flights import KeyLocks
-from .._core.flow import FAILOVER_BACKOFF, Clock
+from .._core.calls import Calls
+from .._core.clock import Clock
+from .._core.envelope import Entry, fresh_until_bytes
+from .._core.flow import envelope_of
 from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
-from .._core.options import UNSET, NoMore, unknown_arguments
+from .._core.options import UNSET, NoMore, Options, unknown_arguments
 from .._core.settings import Settings
-from .._core.tags import NAMESPACE
+from .._core.tags import NAMESPACE, UNTAGGED, Captured
+from .._core.turns import KeyLocks
 from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
 from .._primitives import sleep
-from .._redis.errors import lost_connection
+from .._redis import protocol
 from .groups import Groups
 from .reads import SharedReads
+from .runner import Runner
 from .server import Server
 
 if TYPE_CHECKING:
@@ -48,6 +50,9 @@ class Operations:
     plain cache operations of :class:`Stampede`, which sets these up."""
 
     _settings: Settings
+    _options: Options
+    _calls: Calls
+    _runner: Runner
     _server: Server
     _reads: SharedReads
     _groups: Groups
@@ -73,14 +78,8 @@ class Operations:
             lookup = self._server.read_failed(keys, exc)
             if lookup.error is None:
                 return None
-            answered, raw = self._server.standby_read(keys)
-            if not answered:
-                return self._settings.decode(keys, (self._outlast_failover(lookup.error, [keys]))[0])
-            entry = self._settings.decode(keys, raw)
-            if entry is None:
-                raise lookup.error from exc  # the replica has nothing: no copy to serve
-            self._settings.emit(keys, EventKind.REPLICA_HIT)
-            return entry
+            raws = self._failed_over([keys], lookup.error, one=True)
+            return self._settings.decode(keys, raws[0])
         return self._entry(keys, raw)
 
     def _entry(self, keys: Keys, raw: bytes | None) -> Entry | None:
@@ -88,33 +87,29 @@ class Operations:
         self._groups.read_lacking(self._settings.tags_unknown(raw))
         return self._settings.decode(keys, raw)
 
-    def _outlast_failover(self, error: RedisUnavailableError, names: list[Keys]) -> list[Any]:
-        """Neither the primary nor a replica answered: where the primary can
-        fail over, read ``names`` again (the primary, then replicas) with
-        backoff until one answers, within ``wait_timeout``; else raise ``error``."""
-        if self._server.fails_over:
-            deadline = self._clock.monotonic() + self._settings.options.wait_timeout
-            pause = 0.05
-            while self._clock.monotonic() + pause < deadline:
-                sleep(pause)
-                pause = min(pause * 2, FAILOVER_BACKOFF)
-                reader = self._server.client
-                try:
-                    mget = getattr(reader, "mget_nonatomic", reader.mget)
-                    raws: list[Any] = mget([keys.value for keys in names])
-                    return raws
-                except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException):
-                    pass
-                except AttributeError as exc:
-                    if lost_connection(exc) is None:
-                        raise
-                answers = [self._server.standby_read(keys) for keys in names]
-                if any(answered for answered, _ in answers):
-                    for keys, (_, raw) in zip(names, answers, strict=True):
-                        if raw is not None:
-                            self._settings.emit(keys, EventKind.REPLICA_HIT)
-                    return [raw for _, raw in answers]
-        raise error
+    def _failed_over(
+        self, names: list[Keys], error: RedisUnavailableError, *, one: bool = False
+    ) -> list[Any]:
+        """The raw values of ``names``, the primary having failed ``error``:
+        what the replicas hold, or the primary once it fails over (see
+        :meth:`~stampede._core.calls.Calls.plain_failed`)."""
+        replicas = [self._server.standby_read(keys) for keys in names]
+        steps = self._calls.plain_failed(names, error, replicas, one=one)
+        return cast(list[Any], self._runner.drive(steps, None, self._settings.options, None))
+
+    def _write_args(
+        self, keys: Keys, value: Any, options: Options, captured: Captured = UNTAGGED
+    ) -> list[Any]:
+        data = envelope_of(
+            self._settings.codec,
+            keys,
+            value,
+            options,
+            now=self._clock.time(),
+            duration=0.0,
+            captured=captured,
+        )
+        return protocol.write_args(keys, data, options, self._options.lapse_ms)
 
     def set(
         self,
@@ -135,13 +130,13 @@ class Operations:
         tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
         captured = self._groups.capture(tag_ids, options)
-        self._server.script("write", keys, self._settings.write_args(keys, value, options, captured))
+        self._server.script("write", keys, self._write_args(keys, value, options, captured))
 
     def delete(self, key: str | bytes) -> bool:
         """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
         in flight. Returns whether there was a value."""
         keys = self._keys(key)
-        return bool(self._server.script("write", keys, self._settings.delete_args(keys)))
+        return bool(self._server.script("write", keys, protocol.delete_args(keys, self._options.lapse_ms)))
 
     def invalidate(self, key: str | bytes) -> bool:
         """Mark ``key`` stale but keep serving it while one caller refreshes it.
@@ -150,7 +145,7 @@ class Operations:
         invalidated. Returns whether there was a value to mark.
         """
         keys = self._keys(key)
-        return bool(self._server.script("invalidate", keys, self._settings.invalidate_args()))
+        return bool(self._server.script("invalidate", keys, protocol.invalidate_args(self._options.lapse_ms)))
 
     def add(
         self,
@@ -170,7 +165,7 @@ class Operations:
         tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
         captured = self._groups.capture(tag_ids, options)
-        args = self._settings.write_args(keys, value, options, captured)
+        args = self._write_args(keys, value, options, captured)
         return bool(self._server.script("add", keys, args))
 
     def invalidate_tags(self, *tags: str) -> None:
@@ -210,7 +205,11 @@ class Operations:
         keys = self._keys(key)
         if self._settings.codec.signer is not None:
             return self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
-        head = self._server.script("touch", keys, self._settings.touch_args(options))
+        head = self._server.script(
+            "touch",
+            keys,
+            protocol.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
+        )
         return bool(head) and not self._dropped(keys, head)
 
     def incr(self, key: str | bytes, delta: int = 1) -> int | None:
@@ -224,12 +223,12 @@ class Operations:
         outside the signed 64-bit range.
         """
         keys = self._keys(key)
-        args = self._settings.incr_args(delta)
+        args = protocol.incr_args(delta)
         if self._settings.codec.signer is not None:
             swapped = self._swap(keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], ""))
             return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
         reply = self._server.script("incr", keys, args)
-        value = self._settings.incr_result(keys, reply)
+        value = protocol.incr_result(keys, reply)
         if value is not None and self._dropped(keys, reply[2]):
             return None
         return value
@@ -240,7 +239,7 @@ class Operations:
         self._groups.read_lacking(self._settings.tags_unknown(head))
         if not self._settings.deleted_by_tags(head):
             return False
-        self._server.script("write", keys, self._settings.delete_args(keys))
+        self._server.script("write", keys, protocol.delete_args(keys, self._options.lapse_ms))
         return True
 
     def _swap(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
@@ -293,22 +292,10 @@ class Operations:
         named = self._settings.many(keys)
         if not named:
             return {}
-        reader = self._server.reader()
-        mget = getattr(reader, "mget_nonatomic", reader.mget)  # Redis Cluster: per slot
         try:
-            with self._server.errors("", "read several keys"):
-                raws = mget(list(named))
+            raws = self._server.mget(self._server.reader(), list(named))
         except RedisUnavailableError as error:
-            # The primary failed: what replicas hold, key by key (their slots'
-            # replicas on a cluster), if any replica answers at all.
-            answers = [self._server.standby_read(names) for _, names in named.values()]
-            if any(answered for answered, _ in answers):
-                raws = [raw for _, raw in answers]
-                for (_, names), raw in zip(named.values(), raws, strict=True):
-                    if raw is not None:
-                        self._settings.emit(names, EventKind.REPLICA_HIT)
-            else:
-                raws = self._outlast_failover(error, [names for _, names in named.values()])
+            raws = self._failed_over([names for _, names in named.values()], error)
         found, unknown = self._settings.found_many(named, raws)
         if unknown:
             self._groups.read_lacking(unknown, together=True)
@@ -328,15 +315,15 @@ class Operations:
             raise unknown_arguments(self.set_many, unknown)
         options = self._settings.call_options(ttl, stale_ttl)
         calls = [
-            (names, self._settings.write_args(names, value, options))
-            for names, value in self._settings.items(mapping)
+            (names, self._write_args(names, value, options)) for names, value in self._settings.items(mapping)
         ]
         self._server.pipelined("write", calls)
 
     def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
         calls = [
-            (names, self._settings.delete_args(names)) for _, names in self._settings.many(keys).values()
+            (names, protocol.delete_args(names, self._options.lapse_ms))
+            for _, names in self._settings.many(keys).values()
         ]
         return sum(self._server.pipelined("write", calls))
 
@@ -376,13 +363,15 @@ class Operations:
 
     def _unlink(self, names: list[bytes], under: bytes, tag_states: bool) -> int:
         """Delete ``names``; returns how many were values (not leases or fences)."""
-        values, others, fenced = self._settings.unlink_plan(names, under=under, tag_states=tag_states)
+        values, others, fenced = protocol.unlink_plan(
+            self._keys.prefix, names, under=under, tag_states=tag_states
+        )
         if others:
             self._server.client.unlink(*others)
         deleted = int(self._server.client.unlink(*values)) if values else 0
         if values and self._near is not None:
             self._near.invalidate(values)  # this process sees its own deletes at once
         if fenced:
-            calls = [(keys, self._settings.delete_args(keys)) for keys in fenced]
+            calls = [(keys, protocol.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
             deleted += sum(self._server.pipelined("write", calls))
         return deleted

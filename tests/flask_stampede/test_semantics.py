@@ -165,7 +165,7 @@ def test_responses_refused_for_the_cache_are_rendered_side_by_side(serve: Callab
         waiting = [others.submit(fetch, url) for _ in range(5)]
         # All five wait for the lease: one through the process's subscriber,
         # four behind it in the process's flight.
-        flights = app.extensions["stampede"].core._flights
+        flights = app.extensions["stampede"].core._calls.flights
         wait_until(lambda: _subscribers(app) == 1 and flights.followers() == 4)
     finally:
         expensive.gate.set()

@@ -2,8 +2,10 @@
 
 The first caller of a key becomes the flight's leader and goes to Redis;
 the others join its flight instead of sending their own lease attempts
-and waits. Used by both drivers; only the event type differs (a
-``threading.Event`` or an ``asyncio.Event``).
+and waits. The machines of :mod:`~stampede._core.calls` decide who leads and
+what followers do; only the event type differs between the flavours (a
+``threading.Event`` or an ``asyncio.Event``), each set by the leader and
+waited on through the driver (:class:`~stampede._core.ops.AwaitFlight`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Callable, Hashable
 from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["KeyLocks", "LocalFlight", "LocalFlights"]
+__all__ = ["LocalFlight", "LocalFlights"]
 
 
 class _Settable(Protocol):
@@ -111,33 +113,3 @@ class LocalFlights(Generic[E]):
     def __len__(self) -> int:
         with self._lock:
             return len(self._flights)
-
-
-L = TypeVar("L")
-
-
-class KeyLocks(Generic[L]):
-    """A lock per key, kept while callers of this process hold or wait for
-    it, so that they update the key in turn: a compare-and-set lost to a
-    caller of the same process is round trips spent for nothing. Used by
-    both drivers; only the lock type differs."""
-
-    def __init__(self, factory: Callable[[], L]) -> None:
-        self._factory = factory
-        self._locks: dict[Hashable, tuple[L, int]] = {}  # key -> (lock, callers holding or waiting)
-        self._guard = threading.Lock()
-
-    def take(self, key: Hashable) -> L:
-        """The key's lock, counted as used until :meth:`give_back`."""
-        with self._guard:
-            lock, users = self._locks.get(key) or (self._factory(), 0)
-            self._locks[key] = (lock, users + 1)
-            return lock
-
-    def give_back(self, key: Hashable) -> None:
-        with self._guard:
-            lock, users = self._locks[key]
-            if users == 1:
-                del self._locks[key]
-            else:
-                self._locks[key] = (lock, users - 1)
