@@ -17,7 +17,7 @@ carrying out each operation it yields (a script, a wait, the rebuild).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import redis.exceptions
@@ -29,11 +29,9 @@ from .._core.clock import Clock
 from .._core.envelope import NOT_PLAIN, Entry
 from .._core.events import EventHook
 from .._core.keys import Keys
-from .._core.lease import Lease, Read
 from .._core.near import NOT_HERE
 from .._core.ops import Lookup
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
-from .._core.scope import LeaseScope
 from .._core.serializers import Serializer
 from .._core.settings import Settings
 from .._core.tags import TagsUnknown
@@ -46,14 +44,13 @@ from .._primitives import (
     Rebuilder,
     can_block,
     close_client,
-    contextmanager,
-    current_owner,
     forks_with,
 )
 from .._redis.clients import check_client, fails_over
 from .._redis.urls import connect, split_options
 from .groups import Groups
 from .keeper import LeaseKeeper
+from .leases import NONE_GIVEN, Leases
 from .lookups import Lookups
 from .operations import Operations
 from .reads import SharedReads
@@ -67,13 +64,9 @@ if TYPE_CHECKING:
 __all__ = ["Stampede", "redis_client"]
 
 T = TypeVar("T")
-#: Builds a Read from a tuple without NamedTuple's Python-level __new__ (a hit's path).
-_found = tuple.__new__
-#: A call's options as given when it left them all to the instance.
-_NONE_GIVEN = (UNSET,) * 6
 
 
-class Stampede(Operations):
+class Stampede(Leases, Operations):
     """Stampede-protected caching on a redis-py client.
 
     Args:
@@ -301,7 +294,7 @@ class Stampede(Operations):
             raise unknown_arguments(self.get_or_rebuild, unknown)
         given = (ttl, stale_ttl, lease_ttl, wait_timeout, background, beta)
         # The instance's options when none is given, without a call: a hit's path.
-        options = self._options if given == _NONE_GIVEN else self._call_options(*given)
+        options = self._options if given == NONE_GIVEN else self._call_options(*given)
         if not callable(rebuild):
             raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
         tag_ids = self._settings.tag_ids(tags) if tags else ()
@@ -385,145 +378,6 @@ class Stampede(Operations):
             return {}
         steps = get_or_rebuild_many(self._calls, named, options, tag_ids, can_wait=can_block())
         return cast(dict[Any, Any], self._runner.drive(steps, None, options, rebuild_many))
-
-    # --- a lease handed to the caller ---------------------------------------
-
-    def read(
-        self,
-        key: str | bytes,
-        *,
-        ttl: float | None = UNSET,
-        stale_ttl: float = UNSET,
-        lease_ttl: float = UNSET,
-        wait_timeout: float = UNSET,
-        beta: float | None = UNSET,
-        tags: Sequence[str] = (),
-        scope: LeaseScope | None = None,
-        **unknown: Unpack[NoMore],
-    ) -> Read:
-        """:meth:`get_or_rebuild` for callers that rebuild by themselves.
-
-        For cache APIs where a miss from ``get`` is followed by the caller's
-        own ``set``. Fresh: ``Read(found=True, value)``. Stale: every caller
-        gets the stale value except the one that wins the lease, which gets
-        a miss and the :class:`Lease`. Missing: one caller gets a miss and the
-        lease; the others wait (up to ``wait_timeout``) for its commit. A miss
-        without a lease (after ``wait_timeout``, or fail-open) means: rebuild,
-        but nothing to commit; with ``unfilled`` set, the key is one that
-        reads do not fill, and a value may be stored with :meth:`set`.
-        Unlike :meth:`get_or_rebuild`, callers are not coalesced within the
-        process (the rebuild is out of our hands). ``tags``: those the value
-        will carry, if known now (else given to :meth:`commit`).
-
-        ``scope``: the :class:`~stampede.LeaseScope` of the caller's unit of
-        work, which keeps a lease won (renewed, if ``scope.renew``) until the
-        unit's write takes it or :meth:`settle` gives it back. A read of a key
-        whose lease the scope already holds gives that lease back and reads
-        again if the same caller (task or thread) read it; another caller of
-        the unit gets a miss at once (the unit rebuilds it: it never waits
-        for itself). Without a scope, the lease is not renewed: commit within
-        ``lease_ttl``.
-        """
-        if unknown:
-            raise unknown_arguments(self.read, unknown)
-        if scope is not None and not isinstance(scope, LeaseScope):
-            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}")
-        given = (ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
-        options = self._options if given == _NONE_GIVEN else self._call_options(*given)
-        tag_ids = self._settings.tag_ids(tags) if tags else ()
-        near = self._near
-        if near is not None and options.beta is None:
-            value = near.serve(key)  # the hot index: most near hits end here
-            if value is not NOT_HERE:
-                return _found(Read, (True, value, None, None, False))
-        keys = self._keys(key)
-        owner = current_owner() if scope is not None else None
-        if scope is not None and scope._held:
-            steps = self._calls.reread_in_scope(scope, key, owner)
-            early = self._runner.drive(steps, keys, options, None)
-            if early is not None:
-                return cast(Read, early)
-        lookup = self._lookups.first(keys, options, key)
-        if isinstance(lookup, Entry):
-            return Read(True, lookup.value)
-        steps = self._calls.read(
-            keys, key, options, lookup, tag_ids, can_wait=can_block(), scope=scope, owner=owner
-        )
-        return cast(Read, self._runner.drive(steps, keys, options, None))
-
-    def commit(
-        self,
-        lease: Lease,
-        value: Any,
-        *,
-        ttl: float | None = UNSET,
-        stale_ttl: float = UNSET,
-        store_if_lapsed: bool = False,
-        tags: Sequence[str] | None = None,
-        **unknown: Unpack[NoMore],
-    ) -> bool:
-        """Store ``value`` under the lease from :meth:`read`, wake the waiters
-        and free the lease; ``ttl``/``stale_ttl`` default to those of the
-        ``read``. Returns whether it was stored: ``False`` when the lease had
-        lapsed or been cancelled (a newer write stays). With
-        ``store_if_lapsed``, a lease that merely lapsed (nobody else holds one,
-        and nothing stored is newer than the ``read``) still stores: the
-        semantics of a cache ``set`` that came late. ``tags``: those the value
-        carries, if not given to :meth:`read`; a tag invalidated since the
-        ``read`` leaves the value stored stale (or, deleted, missing).
-        """
-        if unknown:
-            raise unknown_arguments(self.commit, unknown)
-        calls = self._calls
-        rebuilt = calls.rebuilt_by_holder(lease, value)
-        options = calls.settle_options(lease, ttl, stale_ttl)
-        lease._stop_renewing()
-        tag_ids = None if tags is None else self._settings.tag_ids(tags)
-        steps = calls.commit(lease, rebuilt, tag_ids, store_if_lapsed=store_if_lapsed)
-        return cast(bool, self._runner.drive(steps, lease.keys, options, None))
-
-    def release(self, lease: Lease) -> None:
-        """Give up a lease from :meth:`read` without storing anything, so that
-        another caller can rebuild at once."""
-        self._calls.rebuilt_by_holder(lease, None)  # validates the argument
-        self._give_back(lease, unfilled=False)
-
-    def _give_back(self, lease: Lease, *, unfilled: bool) -> None:
-        """Free ``lease`` without a value; ``unfilled``: its holder's unit of
-        work did not fill the key (marked so, if its reader found it missing)."""
-        self._runner.drive(self._calls.give_back(lease, unfilled=unfilled), lease.keys, lease._options, None)
-
-    # --- a unit of work's leases ----------------------------------------------
-
-    @contextmanager
-    def lease_scope(self, *, renew: bool = True) -> Iterator[LeaseScope]:
-        """A :class:`~stampede.LeaseScope` for the unit of work this block
-        is, settled (:meth:`settle`) when the block ends; failed if it raises.
-
-        ``with sf.lease_scope() as scope``, then ``sf.read(key,
-        scope=scope)`` and, on a miss with a lease, ``sf.commit(
-        scope.take(sf, key), value, store_if_lapsed=True)``.
-        """
-        scope = LeaseScope(renew=renew)
-        try:
-            yield scope
-        except BaseException:
-            scope.failed = True
-            raise
-        finally:
-            self.settle(scope)
-
-    def settle(self, scope: LeaseScope) -> None:
-        """The unit of work ``scope`` stood for has ended: give back the
-        leases it still holds of this instance's namespace (reads it never
-        followed with a write). Their waiters are woken at once, and each key
-        its reader found missing is remembered for ``unfilled_ttl`` as one
-        that reads do not fill, unless the unit
-        :attr:`~stampede.LeaseScope.failed`."""
-        if not isinstance(scope, LeaseScope):
-            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}")
-        for lease in scope._drain(self._settings.keys.namespace):
-            self._give_back(lease, unfilled=not scope.failed)
 
     def cached(
         self,
