@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import pickle
 import platform
 import shlex
@@ -36,7 +35,9 @@ import redis
 import stampede
 from stampede.testing import RedisServer, find_redis_server
 
+from .._common.installed import importable
 from .._common.report import Table, render_table
+from ..peers.django import configure as configure_django
 
 __all__ = ["main"]
 
@@ -107,20 +108,14 @@ class Store:
     write: Callable[[str, Any], None]
 
 
-def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
 def _django_stores(url: str, notes: list[str]) -> list[Store]:
     """The Django backends, configured once (several aliases on the one server)."""
-    if not _installed("django"):
+    if not importable("django"):
         notes.append("Django is not installed: its stores are left out.")
         return []
-    import django
-    from django.conf import settings
     from django.core.cache import caches
 
-    aliases = {
+    aliases: dict[str, dict[str, Any]] = {
         "Django stock": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": url},
         "django-redis": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": url},
         "Django stampede signed": {"BACKEND": "django_stampede.StampedeCache", "LOCATION": url},
@@ -130,16 +125,13 @@ def _django_stores(url: str, notes: list[str]) -> list[Store]:
             "OPTIONS": {"SIGNING_KEY": None},
         },
     }
-    if not _installed("django_redis"):
+    if not importable("django_redis"):
         notes.append("django-redis is not installed: its column is left out.")
         del aliases["django-redis"]
-    settings.configure(
-        # StampedeCache signs with keys derived from it, as a Django project's would be.
-        SECRET_KEY="footprint-" + "s" * 40,
-        CACHES={"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}, **aliases},
-        USE_TZ=True,
+    configure_django(
+        {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}, **aliases},
+        secret_key="footprint-" + "s" * 40,
     )
-    django.setup()
     return [Store(alias, _django_writer(caches[alias])) for alias in aliases]
 
 
@@ -151,7 +143,7 @@ def _django_writer(cache: Any) -> Callable[[str, Any], None]:
 
 
 def _flask_store(url: str, notes: list[str]) -> list[Store]:
-    if not _installed("flask_caching"):
+    if not importable("flask_caching"):
         notes.append("Flask-Caching is not installed: its column is left out.")
         return []
     from flask import Flask

@@ -36,6 +36,7 @@ from typing import Any, TypeVar, cast
 import redis
 
 from .._common.phase import Phase, PhaseRecord
+from .._common.timing import ainterleave, interleave
 from .._common.workload import make_value
 from ..peers import AsyncPeer, SyncPeer, open_async, open_sync, spec, warm_pool
 from . import hitpath
@@ -301,7 +302,7 @@ class _Worker:
                 return time.perf_counter() - started
 
             variants = {hitpath.BASELINE: baseline, hitpath.PEER: cached}
-            times = hitpath.interleave(variants, phase.rounds, phase.calls)
+            times = interleave(variants, phase.rounds, phase.calls, chunk=hitpath.CHUNK)
         return PhaseRecord(hit_times=times, hit_calls=hitpath.calls_made(variants, phase.rounds, phase.calls))
 
     async def _ahit(self, peer: AsyncPeer, phase: Phase) -> PhaseRecord:
@@ -324,7 +325,7 @@ class _Worker:
                 return time.perf_counter() - started
 
             variants = {hitpath.BASELINE: baseline, hitpath.PEER: cached}
-            times = await hitpath.ainterleave(variants, phase.rounds, phase.calls)
+            times = await ainterleave(variants, phase.rounds, phase.calls, chunk=hitpath.CHUNK)
         return PhaseRecord(hit_times=times, hit_calls=hitpath.calls_made(variants, phase.rounds, phase.calls))
 
 

@@ -6,14 +6,14 @@ rounds makes ``calls`` calls per variant, in chunks of :data:`CHUNK` calls
 that alternate between the peer and the baseline (so a noisy neighbour or a
 frequency change hits both alike), with the order rotating every round; each
 variant's result is the median of its per-call times over the rounds. The
-timing loops run in the worker (:func:`interleave`, :func:`ainterleave`);
-:func:`section` turns the results into the table.
+timing loops (:mod:`bench._common.timing`) run in the worker
+(:mod:`bench.herd._workers`); :func:`section` turns the results into the table.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from .._common.phase import Phase, PhaseResult
 from .._common.report import Section, Table, micros
@@ -22,7 +22,7 @@ from .._common.workload import key_prefix
 from ..peers import STALE_TTL, PeerSpec, spec
 from .summary import Figures
 
-__all__ = ["BASELINE", "CHUNK", "PEER", "ainterleave", "calls_made", "interleave", "phases", "section"]
+__all__ = ["BASELINE", "CHUNK", "PEER", "calls_made", "phases", "section"]
 
 TTL = 3600
 CHUNK = 250
@@ -53,54 +53,10 @@ def phases(peers: Sequence[PeerSpec], run_id: str, *, rounds: int, calls: int) -
 # --- in the worker -----------------------------------------------------------
 
 
-def interleave(
-    variants: Mapping[str, Callable[[int], float]], rounds: int, calls: int
-) -> dict[str, list[float]]:
-    """Per-call seconds of each variant (``variants[name](n)`` times ``n`` calls), one per round."""
-    names = list(variants)
-    for name in names:  # warm up: connection, caches, branch predictors
-        variants[name](CHUNK)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for order in _orders(names, rounds):
-        elapsed = dict.fromkeys(names, 0.0)
-        for size in _chunks(calls):
-            for name in order:
-                elapsed[name] += variants[name](size)
-        for name in names:
-            times[name].append(elapsed[name] / calls)
-    return times
-
-
-async def ainterleave(
-    variants: Mapping[str, Callable[[int], Awaitable[float]]], rounds: int, calls: int
-) -> dict[str, list[float]]:
-    """The asyncio twin of :func:`interleave`."""
-    names = list(variants)
-    for name in names:
-        await variants[name](CHUNK)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for order in _orders(names, rounds):
-        elapsed = dict.fromkeys(names, 0.0)
-        for size in _chunks(calls):
-            for name in order:
-                elapsed[name] += await variants[name](size)
-        for name in names:
-            times[name].append(elapsed[name] / calls)
-    return times
-
-
 def calls_made(variants: Mapping[str, object], rounds: int, calls: int) -> dict[str, int]:
-    """How many calls :func:`interleave` makes of each variant: the warm-up chunk, then every round's."""
+    """How many calls :func:`bench._common.timing.interleave` makes of each variant: the warm-up
+    chunk, then every round's."""
     return dict.fromkeys(variants, CHUNK + rounds * calls)
-
-
-def _chunks(calls: int) -> list[int]:
-    return [min(CHUNK, calls - done) for done in range(0, calls, CHUNK)]
-
-
-def _orders(names: Sequence[str], rounds: int) -> list[list[str]]:
-    """The order of the variants in each round: rotated, so each runs first as often as the others."""
-    return [[*names[r % len(names) :], *names[: r % len(names)]] for r in range(rounds)]
 
 
 # --- in the parent -----------------------------------------------------------

@@ -1,22 +1,24 @@
-"""What every peer module shares: :class:`PeerSpec` (a peer as the parent sees it), the worker-side
-:class:`SyncPeer` and :class:`AsyncPeer`, the settings every peer is given, and small helpers.
+"""What every peer module shares: :class:`PeerSpec` (a peer as the parent of the side-by-side run
+sees it), the shapes the benchmarks drive a library through (:class:`SyncPeer` and
+:class:`AsyncPeer` in the herd's worker processes, :class:`Tagged` and :class:`Batch` in the
+groups benchmark), the settings every peer is given, and small helpers.
 
-:mod:`bench.peers` re-exports all of it and gathers the peers of
-:mod:`bench.peers`, :mod:`bench.herdpeers` and :mod:`bench.nearpeers` into one
-list; the other modules import from there.
+:mod:`bench.peers` gathers the peers of every module into one list.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-import importlib.util
-import pickle
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
+from .._common.installed import importable
 from .._common.phase import Phase
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = [
     "LOAD_SCENARIOS",
@@ -28,11 +30,14 @@ __all__ = [
     "WAIT_TIMEOUT",
     "AsyncPeer",
     "AsyncRebuild",
+    "Batch",
+    "BatchRebuild",
+    "Opening",
     "PeerSpec",
     "SyncPeer",
     "SyncRebuild",
-    "add_django_cache",
-    "naive_get",
+    "Tagged",
+    "awarm_pool",
     "plain_async_client",
     "warm_pool",
 ]
@@ -49,23 +54,39 @@ SOCKET_TIMEOUT = 30.0
 SIGNING_KEY = b"bench-signing-key-" + b"0" * 14
 #: How many values every near cache (a copy in process memory) may keep.
 NEAR_ENTRIES = 10_000
-#: The scenarios of the worker processes' load (:mod:`bench._workers`), as opposed to ``coherence``.
+#: The scenarios of the worker processes' load (:mod:`bench.herd._workers`), as opposed to
+#: ``coherence``.
 LOAD_SCENARIOS = ("hit", "cold", "hot")
 
 SyncRebuild = Callable[[], Any]
 AsyncRebuild = Callable[[], Awaitable[Any]]
+#: A batch's rebuild: the values of the keys it is given, by key.
+BatchRebuild = Callable[[list[str]], dict[str, Any]]
 
 
-def _importable(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ImportError:  # a dotted name whose parent package is missing
-        return False
+@dataclass(frozen=True)
+class Opening:
+    """What a worker process opens a peer with: the peer's server, how many connections to open
+    before anything is measured, the run's key prefix, the phases the peer runs there, and (for
+    the blocking peers) the process's own client of that server, shared by the peers that use a
+    plain redis-py client."""
+
+    url: str
+    pool_size: int
+    prefix: str = ""
+    phases: Sequence[Phase] = ()
+    client: redis.Redis | None = None
+
+    def plain_client(self) -> redis.Redis:
+        """The process's own client of the server."""
+        if self.client is None:
+            raise ValueError(f"a peer of {self.url} is opened with the process's own client")
+        return self.client
 
 
 @dataclass(frozen=True)
 class PeerSpec:
-    """One peer as the parent sees it.
+    """One peer as the parent sees it, and how a worker opens it.
 
     Attributes:
         name: its ``--peer`` name.
@@ -73,18 +94,23 @@ class PeerSpec:
         short: its name on the plot.
         modules: what must be importable to run it.
         distributions: the packages whose versions the notes give.
-        is_async: its callers are asyncio tasks rather than threads.
         stale: it can serve the old value while one caller refreshes (it is given ``STALE_TTL``).
         config: how it is configured, for the notes (Markdown).
+        open_sync: makes the peer in a worker process, for a peer driven by threads.
+        open_async: makes it on the worker's event loop, for a peer driven by asyncio tasks
+            (exactly one of the two is given).
         scenarios: the load scenarios it runs in (``hit``, ``cold``, ``hot``); ``None``: all of them.
             A peer that only varies another on one axis runs where that axis shows, so as not
             to repeat the other's rows elsewhere (and lengthen the run).
-        coherence: it also runs in the coherence scenario (:mod:`bench.coherence`): it keeps
+        coherence: it also runs in the coherence scenario (:mod:`bench.herd.coherence`): it keeps
             copies in process memory, or it is a baseline for those that do. Its peer
             classes implement ``write``.
         min_redis: the oldest Redis (not Valkey) server it works with, if it needs a newer one
-            than any; :mod:`bench._servers` finds one.
+            than any; :mod:`bench._common.servers` finds one.
         check: says why it cannot run here, beyond a missing module (``None``: it can).
+        why: why it shows what :func:`bench.herd.summary.observations` finds, by finding
+            (``rebuilds``, ``waiters``, ``expiry``, ``hit``); said only when the figures of the
+            run show it.
     """
 
     name: str
@@ -92,13 +118,24 @@ class PeerSpec:
     short: str
     modules: tuple[str, ...]
     distributions: tuple[str, ...]
-    is_async: bool
     stale: bool
     config: str
+    open_sync: Callable[[Opening], SyncPeer] | None = None
+    open_async: Callable[[Opening], Awaitable[AsyncPeer]] | None = None
     scenarios: tuple[str, ...] | None = None
     coherence: bool = False
     min_redis: tuple[int, int] | None = None
     check: Callable[[], str | None] | None = None
+    why: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if (self.open_sync is None) == (self.open_async is None):
+            raise ValueError(f"peer {self.name!r}: give one of open_sync and open_async")
+
+    @property
+    def is_async(self) -> bool:
+        """Its callers are asyncio tasks rather than threads."""
+        return self.open_async is not None
 
     def runs(self, scenario: str) -> bool:
         """Whether it takes part in ``scenario``."""
@@ -113,7 +150,7 @@ class PeerSpec:
 
     def missing(self) -> list[str]:
         """The modules of :attr:`modules` that cannot be imported here."""
-        return [module for module in self.modules if not _importable(module)]
+        return [module for module in self.modules if not importable(module)]
 
     def unavailable(self) -> str | None:
         """Why it cannot run here (a sentence without its final stop), or ``None``."""
@@ -139,7 +176,7 @@ class PeerSpec:
         return f"{self.short} (background)" if row.endswith("+background") else self.short
 
 
-# --- worker side ---------------------------------------------------------------
+# --- worker side of the herd ---------------------------------------------------------
 
 
 class SyncPeer:
@@ -191,15 +228,38 @@ class AsyncPeer:
         await self.client.aclose()
 
 
-def naive_get(client: Any, key: str, ttl: int, rebuild: SyncRebuild) -> Any:
-    """Cache-aside as most code writes it: no lock, every miss rebuilds. ``client``: redis-py's,
-    with or without its client-side cache."""
-    raw = cast("bytes | None", client.get(key))
-    if raw is not None:
-        return pickle.loads(raw)
-    value = rebuild()
-    client.set(key, pickle.dumps(value, pickle.HIGHEST_PROTOCOL), ex=ttl)
-    return value
+# --- the groups benchmark's shapes ---------------------------------------------------
+
+
+class Tagged:
+    """One library's tagged read and group invalidation, on the running event loop."""
+
+    async def read(self, key: str, rebuild: AsyncRebuild) -> Any:
+        raise NotImplementedError
+
+    async def invalidate(self, tag: str) -> None:
+        raise NotImplementedError
+
+    async def stored(self, keys: Sequence[str]) -> list[Any]:
+        """The values stored under ``keys`` (``None`` where there is none), read in one go, rebuilding
+        nothing."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+
+class Batch:
+    """One library's batch read, blocking."""
+
+    def get_many(self, keys: list[str], rebuild_many: BatchRebuild) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+# --- helpers -------------------------------------------------------------------------
 
 
 def plain_async_client(url: str) -> Any:
@@ -207,24 +267,6 @@ def plain_async_client(url: str) -> Any:
     import redis.asyncio
 
     return redis.asyncio.Redis.from_url(url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=10.0)
-
-
-def add_django_cache(alias: str, config: dict[str, Any]) -> None:
-    """Add the cache ``alias`` to this process's Django settings, configuring Django on first use.
-
-    Several Django peers may run in one worker process, and Django is configured only once: the
-    first adds a placeholder ``default`` (Django wants one), the others add their alias to
-    ``CACHES``, which Django reads when a cache is first used (after every peer is opened).
-    """
-    import django
-    from django.conf import settings
-
-    if settings.configured:
-        settings.CACHES[alias] = config
-        return
-    caches = {"default": {"BACKEND": "django.core.cache.backends.dummy.DummyCache"}, alias: config}
-    settings.configure(CACHES=caches)
-    django.setup()
 
 
 def warm_pool(pool: Any, size: int) -> None:
@@ -239,3 +281,14 @@ def warm_pool(pool: Any, size: int) -> None:
     finally:
         for connection in connections:
             pool.release(connection)
+
+
+async def awarm_pool(pool: Any, size: int) -> None:
+    """:func:`warm_pool` for a ``redis.asyncio`` pool."""
+    connections = []
+    try:
+        for _ in range(size):
+            connections.append(await pool.get_connection())
+    finally:
+        for connection in connections:
+            await pool.release(connection)

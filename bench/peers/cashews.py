@@ -1,150 +1,61 @@
-"""More peers that guard against the herd, without a copy in process memory: cashews (a lock, a soft
-TTL, early refresh), aiocache's ``RedLock`` and django-redis's ``HerdClient``.
-
-As in :mod:`bench.peers`: :data:`PEERS` for the parent, :func:`open_sync` and
-:func:`open_async` for the workers (``None`` for a name that is not one of
-these), third-party packages imported only there.
-"""
+"""cashews, as its documentation writes it: a lock, a soft TTL, early refresh and client-side
+caching for the side-by-side run (:class:`CashewsPeer`), tags for the groups benchmark
+(:class:`CashewsTagged`). Each benchmark decorates one coroutine function, :func:`compute`, whose
+caller's rebuild is no part of the cache key."""
 
 from __future__ import annotations
 
 import functools
-import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from .._common.phase import Phase
 from .base import (
-    LOCK_TIMEOUT,
     SOCKET_TIMEOUT,
     STALE_TTL,
     AsyncPeer,
     AsyncRebuild,
+    Opening,
     PeerSpec,
-    SyncPeer,
-    SyncRebuild,
-    add_django_cache,
+    Tagged,
     plain_async_client,
 )
 
-__all__ = ["PEERS", "CashewsPeer", "open_async", "open_sync"]
-
-_CASHEWS = (
-    "`cashews.Cache().setup(url, suppress=False, socket_timeout=30, max_connections=20)`, one per "
-    "process on its event loop (16 tasks); the rebuild is a coroutine function of the key, decorated "
-    "once per expiry policy with `key='{key}'`"
-)
-
-#: The cashews peers of this module, and how each decorates its rebuild (:class:`CashewsPeer`).
-_FLAVOURS = {"cashews-lock": "lock", "cashews-soft": "soft", "cashews-early": "early"}
-
-PEERS: tuple[PeerSpec, ...] = (
-    PeerSpec(
-        name="cashews-lock",
-        label="cashews `@cache(lock=True)`",
-        short="cashews lock",
-        modules=("cashews", "redis"),
-        distributions=("cashews",),
-        is_async=True,
-        stale=False,
-        config=(
-            f"{_CASHEWS}: `@cache(ttl=ttl, key='{{key}}', lock=True)`. The lock (`SET NX PX ttl`) is taken "
-            "around every call, hits too; a caller that finds it taken pings Redis and tries again at "
-            "once (`check_interval=0`, the default); calls of one process for one key also share one "
-            "task (`protected=True`, the default)."
-        ),
-    ),
-    PeerSpec(
-        name="cashews-soft",
-        label="cashews `@cache.soft`",
-        short="cashews soft",
-        modules=("cashews", "redis"),
-        distributions=("cashews",),
-        is_async=True,
-        stale=True,
-        config=(
-            f"{_CASHEWS}: `@cache.soft(ttl=ttl + {STALE_TTL}, soft_ttl=ttl, key='{{key}}')`: the value "
-            "is kept past its soft TTL, but only served after it if the rebuild raises; no lock across "
-            "processes (calls of one process share one task)."
-        ),
-    ),
-    PeerSpec(
-        name="cashews-early",
-        label="cashews `@cache.early`",
-        short="cashews early",
-        modules=("cashews", "redis"),
-        distributions=("cashews",),
-        is_async=True,
-        stale=True,
-        config=(
-            f"{_CASHEWS}: `@cache.early(ttl=ttl + {STALE_TTL}, early_ttl=ttl, key='{{key}}')`: past "
-            "`early_ttl` the first caller to take a `SET NX` flag refreshes in a background task while "
-            "every caller is served the old value; a missing key is rebuilt by every process that "
-            "misses it (calls of one process share one task)."
-        ),
-    ),
-    PeerSpec(
-        name="aiocache",
-        label="aiocache `RedisCache` + `RedLock`",
-        short="aiocache RedLock",
-        modules=("aiocache", "redis"),
-        distributions=("aiocache",),
-        is_async=True,
-        stale=False,
-        config=(
-            "`aiocache.RedisCache(endpoint, port, serializer=PickleSerializer(), timeout=30)`, one per "
-            "process on its event loop (16 tasks); a request is `await cache.get(key)`, and on a miss "
-            f"`async with RedLock(cache, key, lease={LOCK_TIMEOUT})`: `get` again, rebuild, `set(key, "
-            "value, ttl=ttl)` (the documented example takes the lock before the first `get`; a hit "
-            "needs no lock here). Only callers in the lock holder's process wait for it (on an "
-            "`asyncio.Event` of that process, for at most the lease): in the other processes a caller "
-            "that finds the lock taken goes ahead at once."
-        ),
-    ),
-    PeerSpec(
-        name="django-herd",
-        label="django-redis `HerdClient`",
-        short="django-redis herd",
-        modules=("django", "django_redis", "redis"),
-        distributions=("django-redis",),
-        is_async=False,
-        stale=True,
-        config=(
-            "`django_redis.cache.RedisCache` with `OPTIONS={'CLIENT_CLASS': "
-            "'django_redis.client.HerdClient', 'SOCKET_TIMEOUT': 30}` and `CACHE_HERD_TIMEOUT = "
-            f"{STALE_TTL}`: a value is stored for ttl + {STALE_TTL} s with its own expiry time beside "
-            "it; past that, each `get` returns a miss with a probability that grows with the time "
-            "since (whole seconds), and every caller that draws one rebuilds. A request is `get`, and on "
-            "a miss rebuild and `set(key, value, ttl)`; `get_or_set` would store nothing on a refresh "
-            "(its `add` is `SET NX`, and the old value is still there)."
-        ),
-    ),
-)
+__all__ = ["HERD", "NEAR", "CashewsPeer", "CashewsTagged", "compute", "open_cache"]
 
 
-# --- worker side ---------------------------------------------------------------
+def open_cache(url: str, *, connections: int, **backend: Any) -> Any:
+    """A cashews ``Cache`` of ``url``, errors raised rather than swallowed (``suppress=False``)."""
+    from cashews import Cache
+
+    cache = Cache()
+    cache.setup(url, suppress=False, socket_timeout=SOCKET_TIMEOUT, max_connections=connections, **backend)
+    return cache
+
+
+async def compute(key: str, rebuild: AsyncRebuild) -> Any:
+    """What a cashews-decorated function of ``key`` computes: the caller's rebuild, which is no
+    part of the cache key (the decorators are given ``key=`` templates of ``{key}`` alone)."""
+    return await rebuild()
+
+
+# --- the side-by-side run --------------------------------------------------------------------
 
 
 class CashewsPeer(AsyncPeer):
-    """A cashews ``Cache`` of the peer's server; each expiry policy's rebuild is the coroutine
-    function :func:`_compute`, decorated as ``flavour`` says: ``lock``, ``soft``, ``early``, or
-    ``plain`` (``@cache(ttl=...)``)."""
+    """A cashews ``Cache`` of the peer's server; each expiry policy's rebuild is :func:`compute`,
+    decorated as ``flavour`` says: ``lock``, ``soft``, ``early``, or ``plain`` (``@cache(ttl=...)``)."""
 
     def __init__(self, url: str, flavour: str, *, pool_size: int, **backend: Any) -> None:
-        from cashews import Cache
-
         self.client = plain_async_client(url)
-        self.cache = Cache()
-        self.cache.setup(
-            url, suppress=False, socket_timeout=SOCKET_TIMEOUT, max_connections=pool_size, **backend
-        )
+        self.cache = open_cache(url, connections=pool_size, **backend)
         self.flavour = flavour
         self.functions: dict[tuple[int, int], Callable[..., Awaitable[Any]]] = {}
 
     def _decorated(self, phase: Phase) -> Callable[..., Awaitable[Any]]:
         policy = (phase.ttl, phase.stale_ttl)
         if policy not in self.functions:
-            self.functions[policy] = self._decorator(*policy)(_compute)
+            self.functions[policy] = self._decorator(*policy)(compute)
         return self.functions[policy]
 
     def _decorator(self, ttl: int, stale_ttl: int) -> Callable[[Any], Any]:
@@ -173,105 +84,134 @@ class CashewsPeer(AsyncPeer):
         await self.client.aclose()
 
 
-async def _compute(key: str, rebuild: AsyncRebuild) -> Any:
-    """What a cashews-decorated function of ``key`` computes: the caller's rebuild, which is no
-    part of the cache key (``key='{key}'``)."""
-    return await rebuild()
+def _opener(flavour: str, **backend: Any) -> Callable[[Opening], Awaitable[AsyncPeer]]:
+    async def open_peer(at: Opening) -> AsyncPeer:
+        peer = CashewsPeer(at.url, flavour, pool_size=at.pool_size, **backend)
+        await peer.cache.init()
+        return peer
+
+    return open_peer
 
 
-async def _aiocache_get(cache: Any, key: str, ttl: int, rebuild: AsyncRebuild) -> Any:
-    from aiocache.lock import RedLock
+_CONFIG = (
+    "`cashews.Cache().setup(url, suppress=False, socket_timeout=30, max_connections=20)`, one per "
+    "process on its event loop (16 tasks); the rebuild is a coroutine function of the key, decorated "
+    "once per expiry policy with `key='{key}'`"
+)
+_SHARED_TASK = "a call goes through cashews' decorators and a task of its own (`protected=True`)"
 
-    value = await cache.get(key)
-    if value is not None:
-        return value
-    async with RedLock(cache, key, lease=LOCK_TIMEOUT):
-        value = await cache.get(key)  # the holder before us may have stored it
-        if value is not None:
-            return value
-        value = await rebuild()
-        await cache.set(key, value, ttl=ttl)
-        return value
+#: The herd's cashews peers: a lock, a soft TTL, early refresh.
+HERD: tuple[PeerSpec, ...] = (
+    PeerSpec(
+        name="cashews-lock",
+        label="cashews `@cache(lock=True)`",
+        short="cashews lock",
+        modules=("cashews", "redis"),
+        distributions=("cashews",),
+        stale=False,
+        config=(
+            f"{_CONFIG}: `@cache(ttl=ttl, key='{{key}}', lock=True)`. The lock (`SET NX PX ttl`) is taken "
+            "around every call, hits too; a caller that finds it taken pings Redis and tries again at "
+            "once (`check_interval=0`, the default); calls of one process for one key also share one "
+            "task (`protected=True`, the default)."
+        ),
+        open_async=_opener("lock"),
+        why={
+            "expiry": "every call takes the key's lock, hits too, and a caller that finds it taken tries "
+            "again at once: the callers of an expiry get their value one after another",
+            "hit": "every call takes the key's lock (`SET NX`) and releases it (a script), hits too",
+        },
+    ),
+    PeerSpec(
+        name="cashews-soft",
+        label="cashews `@cache.soft`",
+        short="cashews soft",
+        modules=("cashews", "redis"),
+        distributions=("cashews",),
+        stale=True,
+        config=(
+            f"{_CONFIG}: `@cache.soft(ttl=ttl + {STALE_TTL}, soft_ttl=ttl, key='{{key}}')`: the value "
+            "is kept past its soft TTL, but only served after it if the rebuild raises; no lock across "
+            "processes (calls of one process share one task)."
+        ),
+        open_async=_opener("soft"),
+        why={
+            "rebuilds": "no lock across processes: past the soft TTL each process rebuilds (its calls of "
+            "one key share one task), and its callers wait for that",
+            "hit": _SHARED_TASK,
+        },
+    ),
+    PeerSpec(
+        name="cashews-early",
+        label="cashews `@cache.early`",
+        short="cashews early",
+        modules=("cashews", "redis"),
+        distributions=("cashews",),
+        stale=True,
+        config=(
+            f"{_CONFIG}: `@cache.early(ttl=ttl + {STALE_TTL}, early_ttl=ttl, key='{{key}}')`: past "
+            "`early_ttl` the first caller to take a `SET NX` flag refreshes in a background task while "
+            "every caller is served the old value; a missing key is rebuilt by every process that "
+            "misses it (calls of one process share one task)."
+        ),
+        open_async=_opener("early"),
+        why={
+            "rebuilds": "a missing key is rebuilt by every process that misses it (its calls share one "
+            "task); only a refresh past `early_ttl` is taken by one caller",
+            "hit": _SHARED_TASK,
+        },
+    ),
+)
+
+#: cashews' client-side mode: a near cache that Redis invalidates.
+NEAR = PeerSpec(
+    name="cashews-near",
+    label="cashews `@cache`, `client_side=True`",
+    short="cashews client-side",
+    modules=("cashews", "redis"),
+    distributions=("cashews",),
+    stale=False,
+    config=(
+        "`cashews.Cache().setup(url, client_side=True, protocol=2, suppress=False, socket_timeout=30, "
+        "max_connections=20)` and `@cache(ttl=ttl, key='{key}')` (as cashews-lock, without the "
+        "lock): values are kept in a `Memory(size=10000)` that a pub/sub connection in broadcast "
+        "tracking mode (prefix `cashews:`) invalidates. `protocol=2` is needed with redis-py 8, "
+        "whose default is RESP3: over RESP3 Redis sends the invalidations as push messages, which "
+        "redis-py's pub/sub drops, and no copy is ever invalidated. Writes: `cache.set(key, value)`. "
+        "Run in the hit and hot scenarios and in coherence."
+    ),
+    open_async=_opener("plain", client_side=True, protocol=2),
+    scenarios=("hit", "hot"),
+    coherence=True,
+    why={"rebuilds": "no lock: each process rebuilds a missing key (its calls share one task)"},
+)
 
 
-class _AioCache(AsyncPeer):
-    def __init__(self, url: str) -> None:
-        import aiocache
-        from aiocache.serializers import PickleSerializer
+# --- the groups benchmark ---------------------------------------------------------------------
 
-        parts = urllib.parse.urlsplit(url)
-        self.client = plain_async_client(url)
-        self.cache = aiocache.RedisCache(
-            endpoint=parts.hostname or "127.0.0.1",
-            port=parts.port or 6379,
-            db=int(parts.path.lstrip("/") or 0),
-            serializer=PickleSerializer(),
-            timeout=SOCKET_TIMEOUT,
-            create_connection_timeout=10.0,
-            connection_pool_kwargs={"socket_timeout": SOCKET_TIMEOUT},
-        )
 
-    def request(self, phase: Phase, rebuild: AsyncRebuild) -> Callable[[], Awaitable[Any]]:
-        return functools.partial(_aiocache_get, self.cache, phase.key, phase.ttl, rebuild)
+class CashewsTagged(Tagged):
+    """``@cache(ttl=..., key=key_template, tags=[...])`` (its default ``protected=True`` makes one
+    process's calls of a key share one task), with ``lock=True`` its lock across processes too;
+    a group is invalidated with ``delete_tags``, the only group invalidation cashews has."""
+
+    def __init__(
+        self, url: str, *, key_template: str, ttl: int, tags: Sequence[str], lock: bool, connections: int
+    ) -> None:
+        self.cache = open_cache(url, connections=connections)
+        self.key_template = key_template
+        # Registers each tag for the key template, as the decorator does for every tag it is given.
+        decorate = self.cache(ttl=ttl, key=key_template, tags=list(tags), lock=lock)
+        self.cached: Callable[..., Awaitable[Any]] = decorate(compute)
+
+    async def read(self, key: str, rebuild: AsyncRebuild) -> Any:
+        return await self.cached(key=key, rebuild=rebuild)
+
+    async def invalidate(self, tag: str) -> None:
+        await self.cache.delete_tags(tag)
+
+    async def stored(self, keys: Sequence[str]) -> list[Any]:
+        return list(await self.cache.get_many(*(self.key_template.format(key=key) for key in keys)))
 
     async def aclose(self) -> None:
         await self.cache.close()
-        await self.client.aclose()
-
-
-def _herd_get(cache: Any, key: str, ttl: int, rebuild: SyncRebuild) -> Any:
-    value = cache.get(key)
-    if value is not None:
-        return value
-    value = rebuild()
-    cache.set(key, value, ttl)
-    return value
-
-
-class _DjangoHerd(SyncPeer):
-    def __init__(self, url: str, prefix: str) -> None:
-        add_django_cache(
-            "herd",
-            {
-                "BACKEND": "django_redis.cache.RedisCache",
-                "LOCATION": url,
-                "KEY_PREFIX": f"{prefix}herd",
-                "OPTIONS": {
-                    "CLIENT_CLASS": "django_redis.client.HerdClient",
-                    "SOCKET_TIMEOUT": SOCKET_TIMEOUT,
-                    "SOCKET_CONNECT_TIMEOUT": 10.0,
-                },
-            },
-        )
-        from django.conf import settings
-
-        settings.CACHE_HERD_TIMEOUT = STALE_TTL  # read by each HerdClient when it is made
-
-    def request(self, phase: Phase, rebuild: SyncRebuild) -> Callable[[], Any]:
-        from django.core.cache import caches
-
-        # Looked up in the calling thread: Django keeps one backend instance per thread.
-        return functools.partial(_herd_get, caches["herd"], phase.key, phase.ttl, rebuild)
-
-    def close(self) -> None:
-        from django.core.cache import close_caches
-
-        close_caches()
-
-
-def open_sync(name: str, url: str, *, prefix: str, pool_size: int) -> SyncPeer | None:
-    """The blocking peer ``name``, if it is one of this module's."""
-    if name == "django-herd":
-        return _DjangoHerd(url, prefix)
-    return None
-
-
-async def open_async(name: str, url: str, *, pool_size: int) -> AsyncPeer | None:
-    """The asyncio peer ``name``, if it is one of this module's; on the loop it will run on."""
-    if name in _FLAVOURS:
-        peer = CashewsPeer(url, _FLAVOURS[name], pool_size=pool_size)
-        await peer.cache.init()
-        return peer
-    if name == "aiocache":
-        return _AioCache(url)
-    return None
