@@ -29,7 +29,7 @@ import psutil
 from support.app_servers import AppServer, Server
 
 from .._common.stats import percentile
-from ._apps import SOURCE_ROOT
+from ._apps import app_server
 from ._apps.sustained_config import AppConfig, Backend
 from ._timeline import GATE, Render, Timeline
 
@@ -53,10 +53,10 @@ SAMPLE_INTERVAL = 0.05
 
 #: The app modules, and the attribute each interface serves.
 _TARGETS = {
-    ("django", "wsgi"): "bench.load._apps.sustained_django:wsgi",
-    ("django", "asgi"): "bench.load._apps.sustained_django:application",
-    ("flask", "wsgi"): "bench.load._apps.sustained_flask:app",
-    ("flask", "asgi"): "bench.load._apps.sustained_flask:asgi_app",
+    ("django", "wsgi"): "sustained_django:wsgi",
+    ("django", "asgi"): "sustained_django:application",
+    ("flask", "wsgi"): "sustained_flask:app",
+    ("flask", "asgi"): "sustained_flask:asgi_app",
 }
 
 
@@ -96,15 +96,12 @@ class Served:
 def serve(server: Server, framework: Literal["django", "flask"], config: AppConfig) -> Iterator[Served]:
     """Run the sustained-load app of ``framework`` under ``server``, ready to serve; stopped on the
     way out, whatever happens (its whole process group, so no worker outlives it)."""
-    with AppServer(
+    with app_server(
         _TARGETS[framework, server.interface],
         server,
         env=config.to_env(),
-        pythonpath=[SOURCE_ROOT],
-        cwd=SOURCE_ROOT,
-        log=Path(config.timeline) / "server.log",
-        ready_path="/ready",
         name=f"{framework} ({server.described})",
+        workdir=config.timeline,
     ) as running:
         yield Served(running, framework, config)
 

@@ -35,7 +35,7 @@ from support.app_servers import SERVERS, AppServer
 from .._common.installed import importable
 from .._common.report import Section, Table, environment_line, millis, progress, render_section
 from .._common.workload import delete_matching, key_prefix
-from ._apps import SOURCE_ROOT, many
+from ._apps import app_server, many
 from ._crowd import Outcome, in_threads
 from ._http import connector, getter
 from ._manycore import RUNNERS
@@ -301,12 +301,10 @@ def _cell(point: EntryPoint, n: int, *, namespace: str, redis_url: str | None, l
 def _app_server(point: EntryPoint, n: int, url: str, namespace: str, renders: RenderLog) -> AppServer:
     """The app server of ``point``'s cell: waitress with a thread per caller, or uvicorn."""
     server = SERVERS[point.server]
-    return AppServer(
-        f"bench.load._apps.many:{server.interface}",
+    return app_server(
+        f"many:{server.interface}",
         server if server.threads is None else server.with_threads(n),
         env={**many.environment(point.app, url, namespace), RENDERS_ENV: renders.path},
-        pythonpath=[SOURCE_ROOT],
-        ready_path="/ready",
         name=f"{point.app} ({server.described})",
     )
 

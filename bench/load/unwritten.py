@@ -38,13 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stampede.testing import RedisServer
-from support.app_servers import SERVERS, AppServer, AppServerError, Server
+from support.app_servers import SERVERS, AppServerError, Server
 
 from .._common import servers
 from .._common.report import Section, Table, environment_line, progress, render_section
 from .._common.stats import percentile
 from . import _sustained
-from ._apps import SOURCE_ROOT
+from ._apps import SOURCE_ROOT, app_server
 from ._apps.sustained_config import Backend
 from ._apps.unwritten_config import AppConfig
 from ._timeline import Render, Timeline
@@ -146,15 +146,12 @@ def http_run(server: Server, path: str, backend: Backend, *, clients: int, secon
     """Serve the app under ``server`` on ``backend`` and drive ``clients`` clients at ``path``."""
     with _run_dir(backend) as config:
         target = "wsgi" if server.interface == "wsgi" else "application"
-        with AppServer(
-            f"bench.load._apps.unwritten_django:{target}",
+        with app_server(
+            f"unwritten_django:{target}",
             server,
             env=config.to_env(),
-            pythonpath=[SOURCE_ROOT],
-            cwd=SOURCE_ROOT,
-            log=Path(config.timeline) / "server.log",
-            ready_path="/ready",
             name=f"unwritten django ({server.described})",
+            workdir=config.timeline,
         ) as running:
             started = time.time()
             clock = time.monotonic()
