@@ -12,7 +12,7 @@ import redis
 import redis.cluster
 
 from stampede import PickleSerializer
-from stampede._core.envelope import encode
+from stampede._core.codec import encode
 from stampede._core.near import CHECK_SECONDS
 
 

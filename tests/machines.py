@@ -9,7 +9,8 @@ from typing import Any
 
 from stampede import PickleSerializer
 from stampede._core.calls import Calls
-from stampede._core.envelope import Entry, decode, encode
+from stampede._core.codec import decode, encode
+from stampede._core.envelope import Entry
 from stampede._core.ops import Capture, Op
 from stampede._core.settings import Settings
 from stampede._core.tags import Captured

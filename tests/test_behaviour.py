@@ -14,7 +14,8 @@ import redis
 from redis.crc import key_slot
 
 from stampede import Event, EventKind, JsonSerializer, PickleSerializer, SerializationError, WaitTimeoutError
-from stampede._core.envelope import KIND, SIGNED, encode, header
+from stampede._core.codec import encode
+from stampede._core.envelope import KIND, SIGNED, header
 from stampede._core.keys import KeySpace
 from tests.helpers import Rebuilds, run_threads, wait_until
 

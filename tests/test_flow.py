@@ -13,8 +13,10 @@ from typing import Any
 import pytest
 
 from stampede import EventKind, PickleSerializer, RedisUnavailableError, SerializationError, WaitTimeoutError
-from stampede._core.envelope import Codec, Entry, decode, encode
+from stampede._core.codec import Codec, decode, encode
+from stampede._core.envelope import Entry
 from stampede._core.flow import Flow
+from stampede._core.keys import KeySpace
 from stampede._core.memos import BUSY_MEMO_SECONDS, BusyLeases
 from stampede._core.ops import (
     Acquire,
@@ -32,7 +34,6 @@ from stampede._core.ops import (
     Wait,
     Waited,
 )
-from stampede._core.keys import KeySpace
 from stampede._core.options import Options
 from stampede._core.tags import Captured
 from tests.fakes import FakeClock

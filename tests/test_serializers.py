@@ -10,7 +10,8 @@ import pytest
 import redis
 
 from stampede import Compressed, ConfigurationError, JsonSerializer, PickleSerializer, serializer_from
-from stampede._core.envelope import CODEC_AT, HEADER_SIZE, KIND, encode, header
+from stampede._core.codec import encode
+from stampede._core.envelope import CODEC_AT, HEADER_SIZE, KIND, header
 from stampede._core.keys import KeySpace
 
 

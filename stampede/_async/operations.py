@@ -16,8 +16,8 @@ import redis.exceptions
 
 from .._core.calls import Calls
 from .._core.clock import Clock
+from .._core.codec import envelope_of
 from .._core.envelope import Entry, fresh_until_bytes
-from .._core.flow import envelope_of
 from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments

@@ -25,7 +25,8 @@ from .._core.batch import get_or_rebuild_many
 from .._core.cached import CachedFunction, check_decorated, key_builder
 from .._core.calls import Calls
 from .._core.clock import Clock
-from .._core.envelope import NOT_PLAIN, Entry
+from .._core.codec import NOT_PLAIN
+from .._core.envelope import Entry
 from .._core.events import EventHook
 from .._core.keys import Keys
 from .._core.near import NOT_HERE

@@ -20,9 +20,10 @@ from typing import Any, NamedTuple
 from .._exceptions import ConfigurationError, RedisUnavailableError, SerializationError
 from . import policy
 from .calls import Calls
+from .codec import envelope_of
 from .envelope import Entry
 from .events import EventKind
-from .flow import envelope_of, new_token
+from .flow import new_token
 from .keys import Keys
 from .ops import (
     AcquireMany,

@@ -11,7 +11,6 @@ is given when something fails is decided in :mod:`~stampede._core.policy`.
 
 from __future__ import annotations
 
-import math
 import secrets
 from collections.abc import Callable, Generator
 from typing import Any
@@ -19,7 +18,8 @@ from typing import Any
 from .._exceptions import RedisUnavailableError, SerializationError, WaitTimeoutError
 from . import policy
 from .clock import Clock
-from .envelope import Codec, Entry
+from .codec import Codec, envelope_of
+from .envelope import Entry
 from .events import EventKind, logger
 from .keys import Keys
 from .memos import BusyLeases, UnfilledKeys
@@ -40,55 +40,14 @@ from .ops import (
     Waited,
 )
 from .options import Options
-from .tags import UNTAGGED, Captured
+from .tags import UNTAGGED
 
-__all__ = ["Flow", "envelope_of", "new_token"]
+__all__ = ["Flow", "new_token"]
 
 
 def new_token() -> str:
     """A lease token: 128 random bits, never reused."""
     return secrets.token_hex(16)
-
-
-def envelope_of(
-    codec: Codec,
-    keys: Keys,
-    value: Any,
-    options: Options,
-    *,
-    now: float,
-    duration: float,
-    captured: Captured = UNTAGGED,
-) -> bytes:
-    """The envelope of ``value`` for ``keys`` under ``options`` (its ``ttl``),
-    refused with :class:`SerializationError` when the serializer fails or it is
-    larger than ``max_value_size`` (before it is sent: Redis would take the
-    whole of it over the wire, then refuse it)."""
-    ttl = options.ttl
-    try:
-        data = codec.encode(
-            keys.value,
-            value,
-            fresh_until=math.inf if ttl is None else now + ttl,
-            created_at=now,
-            duration=duration,
-            captured=captured,
-        )
-    except Exception as exc:
-        error = SerializationError(
-            f"cannot serialize the value for key {keys.name!r} with {codec.serializer!r}: {exc}",
-            key=keys.name,
-        )
-        error.__cause__ = exc
-        raise error from exc
-    limit = options.max_value_size
-    if limit is not None and len(data) > limit:
-        raise SerializationError(
-            f"the value for key {keys.name!r} is {len(data)} bytes once serialized; max_value_size "
-            f"is {limit} (raise it, or set it to None for no limit but Redis's)",
-            key=keys.name,
-        )
-    return data
 
 
 _Outcome = tuple[Any, BaseException | None]

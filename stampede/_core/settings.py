@@ -8,11 +8,11 @@ from typing import Any
 
 from .._exceptions import ConfigurationError
 from .clock import Clock, SystemClock
+from .codec import Codec
 from .envelope import (
     HEADER_SIZE,
     KIND,
     TAGGED,
-    Codec,
     CorruptEntryError,
     Dropped,
     Entry,
