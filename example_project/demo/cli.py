@@ -37,7 +37,7 @@ import stampede
 from example_project.expensive import runs_key
 from support.app_servers import AppServerError
 
-from .load import Stampede, Target
+from .load import ClientCrowd, Target
 from .report import Run, Summary, render_tables, summarise
 from .sampler import sampled
 from .servers import STOP_SIGNALS, app_servers, deferred_signals
@@ -342,7 +342,7 @@ def _run(
         _note(f"{app} on {cache}: serving on ports {ports} (pids {pids})")
         targets = [Target(port, path, page) for page, path, _ in PAGES[app] for port in ports]
         # Every request is bounded, and outlasts the longest wait for a rebuild.
-        load = Stampede(targets, args.clients, args.think, timeout=max(30.0, 3 * args.rebuild_time + 10))
+        load = ClientCrowd(targets, args.clients, args.think, timeout=max(30.0, 3 * args.rebuild_time + 10))
         try:
             # Not interrupted halfway: every thread started is one that stop() can join.
             with deferred_signals():

@@ -11,7 +11,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["Request", "Stampede", "Target"]
+__all__ = ["ClientCrowd", "Request", "Target"]
 
 _FINISHED_AT = re.compile(rb'data-finished-at="([0-9.]+)"')
 
@@ -43,7 +43,7 @@ class Request:
 
 
 @dataclass
-class Stampede:
+class ClientCrowd:
     """``clients`` threads, client ``i`` on ``targets[i % len(targets)]``,
     each requesting, pausing about ``think`` seconds, and again, until stopped."""
 
