@@ -78,13 +78,13 @@ class AsyncOperations:
             if lookup.error is None:
                 return None
             raws = await self._failed_over([keys], lookup.error, one=True)
-            return self._settings.decode(keys, raws[0])
+            return self._settings.judge.decode(keys, raws[0])
         return await self._entry(keys, raw)
 
     async def _entry(self, keys: Keys, raw: bytes | None) -> Entry | None:
         """The entry ``raw`` holds, judged by tag states read lately (read now if not)."""
-        await self._groups.read_lacking(self._settings.tags_unknown(raw))
-        return self._settings.decode(keys, raw)
+        await self._groups.read_lacking(self._settings.judge.tags_unknown(raw))
+        return self._settings.judge.decode(keys, raw)
 
     async def _failed_over(
         self, names: list[Keys], error: RedisUnavailableError, *, one: bool = False
@@ -241,8 +241,8 @@ class AsyncOperations:
     async def _dropped(self, keys: Keys, head: Any) -> bool:
         """After an in-place ``incr`` or ``touch``: whether the value carries a tag
         deleted since it was written. It is deleted then, as it reads: missing."""
-        await self._groups.read_lacking(self._settings.tags_unknown(head))
-        if not self._settings.deleted_by_tags(head):
+        await self._groups.read_lacking(self._settings.judge.tags_unknown(head))
+        if not self._settings.judge.deleted_by_tags(head):
             return False
         await self._server.script("write", keys, protocol.delete_args(keys, self._options.lapse_ms))
         return True
@@ -266,7 +266,7 @@ class AsyncOperations:
         deadline = self._clock.monotonic() + self._settings.options.wait_timeout
         pause = SWAP_BACKOFF
         while True:
-            if raw is None or self._settings.decode(keys, raw) is None:  # absent, or forged: a miss
+            if raw is None or self._settings.judge.decode(keys, raw) is None:  # absent, or forged: a miss
                 return None
             new, expire = change(raw)
             reply = await self._server.script("swap", keys, [raw, new, expire])
@@ -301,10 +301,10 @@ class AsyncOperations:
             raws = await self._server.mget(self._server.reader(), list(named))
         except RedisUnavailableError as error:
             raws = await self._failed_over([names for _, names in named.values()], error)
-        found, unknown = self._settings.found_many(named, raws)
+        found, unknown = self._settings.judge.found_many(named, raws)
         if unknown:
             await self._groups.read_lacking(unknown, together=True)
-            found = self._settings.found_many(named, raws, strict=False)[0]
+            found = self._settings.judge.found_many(named, raws, strict=False)[0]
         return found
 
     async def set_many(

@@ -157,7 +157,7 @@ class Stampede(AsyncLeases, AsyncOperations):
         self._keys = settings.keys
         self._call_options = settings.call_options
         self._options = settings.options
-        self._lookup = settings.lookup
+        self._lookup = settings.judge.lookup
         self._clock = settings.clock
         self._owns_client = False  # set by from_url(), whose client close() closes
         self._owned: list[Any] = []  # more clients from_url() made (a Sentinel's), closed with it

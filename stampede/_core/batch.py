@@ -112,6 +112,7 @@ class _Batch:
     ) -> None:
         self.calls = calls
         self.settings = calls.settings
+        self.judge = calls.settings.judge
         self.named = named
         self.options = options
         self.tags = tags
@@ -128,7 +129,7 @@ class _Batch:
             policy.on_redis_failure(None, exc, stale=False, options=options, emit=self._emit_batch)
             yield from self._alone([key for key, _ in named])
             return self.found
-        looked = [settings.lookup(names, raw, options) for (_, names), raw in zip(named, raws, strict=True)]
+        looked = [self.judge.lookup(names, raw, options) for (_, names), raw in zip(named, raws, strict=True)]
         # Tag states not read lately: all of them in one round trip, then
         # judged again; if Redis fails them, not served fresh: refreshed
         # (served stale if that fails too).
@@ -138,7 +139,9 @@ class _Batch:
         for (key, names), raw, lookup in zip(named, raws, looked, strict=True):
             if isinstance(lookup, TagsUnknown):
                 lookup = (
-                    settings.judged(names, raw, options) if readable else Lookup(settings.decode(names, raw))
+                    self.judge.judged(names, raw, options)
+                    if readable
+                    else Lookup(self.judge.decode(names, raw))
                 )
             if isinstance(lookup, Entry):
                 self.found[key] = lookup.value
@@ -225,7 +228,7 @@ class _Batch:
                     waits.append((key, names))
                 continue
             settings.emit(names, EventKind.LEASE_WON)
-            current = settings.decode(names, acquired.current)
+            current = self.judge.decode(names, acquired.current)
             if (
                 current is not None
                 and current.is_fresh(settings.clock.time())
@@ -321,7 +324,7 @@ class _Batch:
             return
         for (one, value), outcome in zip(stored, replies, strict=True):
             if isinstance(outcome, Refused):
-                newer = settings.decode(one.keys, outcome.current)
+                newer = self.judge.decode(one.keys, outcome.current)
                 emit = functools.partial(settings.emit, one.keys)
                 found[one.key] = policy.on_refused_commit(one.keys.name, value, newer, emit)
             else:

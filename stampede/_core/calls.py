@@ -120,7 +120,7 @@ class Calls:
             keys,
             options,
             settings.codec,
-            functools.partial(settings.decode, keys),
+            functools.partial(settings.judge.decode, keys),
             settings.clock,
             functools.partial(settings.emit, keys),
             fails_over=self.fails_over,

@@ -46,7 +46,7 @@ class Lookups:
         self._groups = groups
         self._subscriber = subscriber
         self._near = near
-        self._lookup = settings.lookup
+        self._lookup = settings.judge.lookup
         self._indexes_hot = settings.indexes_hot
 
     def first(self, keys: Keys, options: Options, key: Any = None) -> Entry | Lookup:
@@ -69,8 +69,8 @@ class Lookups:
         fails them, the value in hand is not served as fresh: the flow tries to
         refresh it, and serves it stale if Redis fails that too."""
         if not self._groups.read_lacking(unknown.ids):
-            return Lookup(self._settings.decode(keys, raw))
-        return self._settings.judged(keys, raw, options)
+            return Lookup(self._settings.judge.decode(keys, raw))
+        return self._settings.judge.judged(keys, raw, options)
 
     def near(self, keys: Keys, options: Options, key: Any = None) -> Entry | Lookup | None:
         """What this process's copy of ``keys`` says (see ``Settings.near_lookup``),
@@ -86,11 +86,11 @@ class Lookups:
         raw = near.get(keys.value)
         if raw is None:
             return None
-        found = self._settings.near_lookup(keys, raw, options)
+        found = self._settings.judge.near_lookup(keys, raw, options)
         if isinstance(found, TagsUnknown):
             return None  # Redis is read, and the tag states with it
         if key is not None and isinstance(found, Entry) and self._indexes_hot:
-            near.index(key, keys.value, raw, functools.partial(self._settings.hot_copy, raw))
+            near.index(key, keys.value, raw, functools.partial(self._settings.judge.hot_copy, raw))
         return found
 
     def many(self, names: tuple[Keys, ...]) -> list[bytes | None]:

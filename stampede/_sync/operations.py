@@ -79,13 +79,13 @@ class Operations:
             if lookup.error is None:
                 return None
             raws = self._failed_over([keys], lookup.error, one=True)
-            return self._settings.decode(keys, raws[0])
+            return self._settings.judge.decode(keys, raws[0])
         return self._entry(keys, raw)
 
     def _entry(self, keys: Keys, raw: bytes | None) -> Entry | None:
         """The entry ``raw`` holds, judged by tag states read lately (read now if not)."""
-        self._groups.read_lacking(self._settings.tags_unknown(raw))
-        return self._settings.decode(keys, raw)
+        self._groups.read_lacking(self._settings.judge.tags_unknown(raw))
+        return self._settings.judge.decode(keys, raw)
 
     def _failed_over(
         self, names: list[Keys], error: RedisUnavailableError, *, one: bool = False
@@ -236,8 +236,8 @@ class Operations:
     def _dropped(self, keys: Keys, head: Any) -> bool:
         """After an in-place ``incr`` or ``touch``: whether the value carries a tag
         deleted since it was written. It is deleted then, as it reads: missing."""
-        self._groups.read_lacking(self._settings.tags_unknown(head))
-        if not self._settings.deleted_by_tags(head):
+        self._groups.read_lacking(self._settings.judge.tags_unknown(head))
+        if not self._settings.judge.deleted_by_tags(head):
             return False
         self._server.script("write", keys, protocol.delete_args(keys, self._options.lapse_ms))
         return True
@@ -261,7 +261,7 @@ class Operations:
         deadline = self._clock.monotonic() + self._settings.options.wait_timeout
         pause = SWAP_BACKOFF
         while True:
-            if raw is None or self._settings.decode(keys, raw) is None:  # absent, or forged: a miss
+            if raw is None or self._settings.judge.decode(keys, raw) is None:  # absent, or forged: a miss
                 return None
             new, expire = change(raw)
             reply = self._server.script("swap", keys, [raw, new, expire])
@@ -296,10 +296,10 @@ class Operations:
             raws = self._server.mget(self._server.reader(), list(named))
         except RedisUnavailableError as error:
             raws = self._failed_over([names for _, names in named.values()], error)
-        found, unknown = self._settings.found_many(named, raws)
+        found, unknown = self._settings.judge.found_many(named, raws)
         if unknown:
             self._groups.read_lacking(unknown, together=True)
-            found = self._settings.found_many(named, raws, strict=False)[0]
+            found = self._settings.judge.found_many(named, raws, strict=False)[0]
         return found
 
     def set_many(
