@@ -7,11 +7,15 @@ import threading
 from collections.abc import Callable, Generator
 from typing import Any
 
-from stampede import PickleSerializer
+from stampede import EventKind, PickleSerializer
 from stampede._core.calls import Calls
-from stampede._core.codec import decode, encode
+from stampede._core.codec import Codec, decode, encode
 from stampede._core.envelope import Entry
-from stampede._core.ops import Capture, Op
+from stampede._core.flow import Flow
+from stampede._core.keys import KeySpace
+from stampede._core.memos import BusyLeases
+from stampede._core.ops import Acquire, Acquired, Capture, Commit, Op, Rebuild, Rebuilt, Wait, Waited
+from stampede._core.options import Options
 from stampede._core.settings import Settings
 from stampede._core.tags import Captured
 from tests.fakes import FakeClock
@@ -64,3 +68,52 @@ def calls_with(clock: FakeClock, events: list[Any] | None = None, **options: Any
         namespace="ns", clock=clock, on_event=hook, option_values=options, compress_above=None
     )
     return Calls(settings, threading.Event, fails_over=False)
+
+
+def make_flow(
+    clock: FakeClock,
+    events: list[EventKind],
+    *,
+    fails_over: bool = False,
+    busy: BusyLeases | None = None,
+    **options: Any,
+) -> Flow:
+    keys = KeySpace("ns")("k")
+
+    def decode_or_none(raw: bytes | None) -> Entry | None:
+        return None if raw is None else decode(SERIALIZER, raw)
+
+    return Flow(
+        keys,
+        Options(**options),
+        Codec(SERIALIZER),
+        decode_or_none,
+        clock,
+        lambda kind, **_: events.append(kind),
+        fails_over=fails_over,
+        busy=busy,
+    )
+
+
+def redis_that(
+    *,
+    won: bool = True,
+    current: bytes | None = None,
+    rebuilt: Any = "new",
+    committed: bool = True,
+    waited: bytes | None = None,
+) -> Callable[[Op], Any]:
+    def answer(op: Op) -> Any:
+        if isinstance(op, Acquire):
+            return Acquired(won, current, 1500)
+        if isinstance(op, Rebuild):
+            if isinstance(rebuilt, BaseException):
+                return Rebuilt(None, rebuilt, 0.1)
+            return Rebuilt(rebuilt, None, 0.1)
+        if isinstance(op, Commit):
+            return committed
+        if isinstance(op, Wait):
+            return Waited(waited)
+        return None
+
+    return answer
