@@ -1,7 +1,7 @@
 """The asyncio flavour: :class:`Stampede` on ``redis.asyncio``.
 
 Same names and behaviour as :class:`stampede.Stampede`, as coroutines; it
-runs the same :class:`~stampede._core.flow.Flow`. Rebuild functions may be
+runs the same machines (``stampede/_core/``). Rebuild functions may be
 coroutine functions or plain callables; plain ones run in a worker thread so
 that a slow rebuild never blocks the event loop.
 """

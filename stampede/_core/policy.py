@@ -1,10 +1,10 @@
 """What a caller is given when something fails: each rule written once, here.
 
 The machines (:mod:`~stampede._core.flow` for one key across processes,
-:mod:`~stampede._core.single_flight` for the callers of one process,
-:mod:`~stampede._core.batch` for many keys, :mod:`~stampede._core.plain` for
-reads without a lease) ask these functions what to do, for one key or for a
-batch alike, and carry out the answer:
+:mod:`~stampede._core.calls` for the callers of one process and for reads
+without a lease, :mod:`~stampede._core.batch` for many keys) ask these
+functions what to do, for one key or for a batch alike, and carry out the
+answer:
 
 - :func:`on_redis_failure`: Redis failed before a value could be rebuilt
   under a lease (stale-if-error, then fail-open);

@@ -1,5 +1,5 @@
 # Generated from stampede/_async/stampede.py by tools/unasync.py: edit that file, then run the tool.
-"""The driver: :class:`Stampede`, which runs the sans-IO :class:`~stampede._core.flow.Flow` on Redis.
+"""The driver: :class:`Stampede`, which runs the core's sans-IO machines on Redis.
 
 Written once, for asyncio; the blocking twin (``stampede/_sync/stampede.py``)
 is generated from this file by ``python tools/unasync.py`` (``make lint``
@@ -9,9 +9,10 @@ coroutine functions or plain callables; plain ones run in a worker thread so
 that a slow rebuild never blocks the event loop.
 
 A call reads top to bottom: :meth:`Stampede.get_or_rebuild` reads (a near
-copy, else one GET shared by concurrent callers), then, on a miss, joins or
-leads this process's flight for the key; the leader drives the key's flow,
-carrying out each operation it yields (a script, a wait, the rebuild).
+copy, else one GET shared by concurrent callers) and serves a fresh hit;
+anything else is the machine of the call (``stampede/_core/calls.py``),
+which the runner drives, carrying out each operation it yields (a script, a
+wait, the rebuild). Every decision is the machine's.
 """
 
 from __future__ import annotations
