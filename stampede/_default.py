@@ -23,7 +23,7 @@ def configure(instance: Stampede | None) -> None:
     """Make ``instance`` the default used by :func:`get_or_rebuild` (``None``: reset)."""
     global _default
     if instance is not None and not isinstance(instance, Stampede):
-        raise ConfigurationError(f"configure() takes a stampede.Stampede, got {instance!r}")
+        raise ConfigurationError(f"configure() takes a stampede.Stampede, got {instance!r}", field="instance")
     with _lock:
         previous, _default = _default, instance
     if previous is not None and previous is not instance:

@@ -23,6 +23,13 @@ def test_every_public_attribute_is_in_all() -> None:
     assert public == set(stampede.__all__)
 
 
+def test_what_the_framework_adapters_use_is_public() -> None:
+    # The adapters use the core's public names only: these, besides Stampede.
+    used = {"check_connection_options", "redis_url_kind", "redact_url", "redis_client", "serializer_from"}
+    assert used | {"signer_from", "hook_from", "NearCache", "Options", "LeaseScope"} <= set(stampede.__all__)
+    assert {"redis_client", "for_running_loop"} <= set(stampede.asyncio.__all__)
+
+
 def test_every_error_derives_from_stampede_error() -> None:
     errors = [getattr(stampede, name) for name in stampede.__all__ if name.endswith("Error")]
     assert len(errors) == 7

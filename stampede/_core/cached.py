@@ -58,7 +58,8 @@ def check_decorated(func: Any, *, asynchronous: bool) -> None:
     raise ConfigurationError(
         f"cached() of stampede.Stampede cannot decorate {name}: it is an async function, and the "
         "blocking Stampede would cache the coroutine each call returns, unawaited: decorate it with "
-        "the cached() of a stampede.asyncio.Stampede (or make it a plain def)"
+        "the cached() of a stampede.asyncio.Stampede (or make it a plain def)",
+        field="func",
     )
 
 
@@ -74,14 +75,14 @@ def key_builder(func: Callable[..., Any], key: str | Callable[..., str] | None) 
     """The function that turns a call's arguments into its cache key."""
     if isinstance(key, str):
         if not key:
-            raise ConfigurationError("key must not be empty")
+            raise ConfigurationError("key must not be empty", field="key")
         return lambda *args, **kwargs: key
     if key is not None:
         if not callable(key):
-            raise ConfigurationError(f"key must be a str or a callable, got {key!r}")
+            raise ConfigurationError(f"key must be a str or a callable, got {key!r}", field="key")
         return key
     if not callable(func):
-        raise ConfigurationError(f"cached() decorates functions, got {func!r}")
+        raise ConfigurationError(f"cached() decorates functions, got {func!r}", field="func")
     name = f"{func.__module__}.{func.__qualname__}"
     signature = inspect.signature(func)
     var_keyword = {p.name for p in signature.parameters.values() if p.kind is inspect.Parameter.VAR_KEYWORD}
@@ -98,7 +99,8 @@ def key_builder(func: Callable[..., Any], key: str | Callable[..., str] | None) 
                 # The address differs in every process: the cache would never hit.
                 raise ConfigurationError(
                     f"argument {param!r} of {name} has no stable repr ({text[:80]}); "
-                    "give the decorator a key= (a string, or a function of the same arguments)"
+                    "give the decorator a key= (a string, or a function of the same arguments)",
+                    field="key",
                 )
             parts.append(f"{param}={text}")
         arguments = ",".join(parts)

@@ -95,7 +95,8 @@ def hook_from(setting: Any, argument: str = "on_event") -> EventHook | None:
         return _one_hook(setting, argument)
     if not isinstance(setting, (list, tuple)):
         raise ConfigurationError(
-            f"{argument} must be a callable, its dotted path, or a list of them, got {setting!r}"
+            f"{argument} must be a callable, its dotted path, or a list of them, got {setting!r}",
+            field="on_event",
         )
     chain = tuple(_one_hook(item, f"{argument}[{index}]") for index, item in enumerate(setting))
     hooks = tuple(hook for hook in chain if hook is not None)
@@ -139,14 +140,19 @@ def _one_hook(setting: Any, argument: str) -> EventHook | None:
         try:
             setting = getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError, ValueError) as exc:
-            raise ConfigurationError(f"{argument} {setting!r} cannot be imported: {exc}") from exc
+            raise ConfigurationError(
+                f"{argument} {setting!r} cannot be imported: {exc}", field="on_event"
+            ) from exc
     if isinstance(setting, type):
         # Called with each event, a class would make an object of it: surely
         # not what was meant (stampede.prometheus.Metrics for a Metrics()).
         raise ConfigurationError(
             f"{argument} names the class {setting.__qualname__}: give an instance, or a function "
-            "such as 'stampede.prometheus.on_event'"
+            "such as 'stampede.prometheus.on_event'",
+            field="on_event",
         )
     if setting is not None and not callable(setting):
-        raise ConfigurationError(f"{argument} must be a callable or its dotted path, got {setting!r}")
+        raise ConfigurationError(
+            f"{argument} must be a callable or its dotted path, got {setting!r}", field="on_event"
+        )
     return setting  # type: ignore[no-any-return]

@@ -85,10 +85,14 @@ class KeySpace:
 
     def __init__(self, namespace: str) -> None:
         if not isinstance(namespace, str) or not namespace:
-            raise ConfigurationError(f"namespace must be a non-empty str, got {namespace!r}")
+            raise ConfigurationError(
+                f"namespace must be a non-empty str, got {namespace!r}", field="namespace"
+            )
         if "{" in namespace or "}" in namespace:
             # Braces would move the hash tag out of the user's key.
-            raise ConfigurationError(f"namespace must not contain '{{' or '}}': {namespace!r}")
+            raise ConfigurationError(
+                f"namespace must not contain '{{' or '}}': {namespace!r}", field="namespace"
+            )
         self.namespace = namespace
         self._prefix = namespace.encode() + b":{"
         # Keys already made, by the caller's key: a hit is one GET, and building
@@ -141,9 +145,11 @@ class KeySpace:
             raw = key
             name = key.decode("utf-8", "backslashreplace")
         else:
-            raise KeyTypeError(f"key must be str or bytes, got {type(key).__name__} {key!r}")
+            raise KeyTypeError(f"key must be str or bytes, got {type(key).__name__} {key!r}", field="key")
         if not raw:
-            raise ConfigurationError("key must not be empty")
+            raise ConfigurationError("key must not be empty", field="key")
         if len(raw) > _MAX_KEY_BYTES:
-            raise ConfigurationError(f"key is {len(raw)} bytes long; the limit is {_MAX_KEY_BYTES}")
+            raise ConfigurationError(
+                f"key is {len(raw)} bytes long; the limit is {_MAX_KEY_BYTES}", field="key"
+            )
         return Keys(name, self._prefix + _escape(raw))

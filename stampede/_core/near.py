@@ -68,7 +68,9 @@ class NearCache:
         for name in ("max_entries", "max_bytes", "max_value_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"near_cache {name} must be an int >= 1, got {value!r}")
+                raise ConfigurationError(
+                    f"near_cache {name} must be an int >= 1, got {value!r}", field=f"near_cache.{name}"
+                )
 
     @classmethod
     def from_setting(cls, setting: Any) -> NearCache | None:
@@ -82,7 +84,9 @@ class NearCache:
             return setting
         if isinstance(setting, bool) or not isinstance(setting, int):
             raise ConfigurationError(
-                f"near_cache must be a number of entries, True, a stampede.NearCache or None, got {setting!r}"
+                "near_cache must be a number of entries, True, a stampede.NearCache or None, "
+                f"got {setting!r}",
+                field="near_cache",
             )
         return cls(max_entries=setting)
 

@@ -36,13 +36,15 @@ MAX_SECONDS = float(2**31)
 def _number(name: str, value: object) -> float:
     # bool is an int subclass; ttl=True is a bug, not one second.
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigurationError(f"{name} must be a number of seconds, got {type(value).__name__} {value!r}")
+        raise ConfigurationError(
+            f"{name} must be a number of seconds, got {type(value).__name__} {value!r}", field=name
+        )
     number = float(value)
     if not math.isfinite(number):
-        raise ConfigurationError(f"{name} must be finite, got {value!r}")
+        raise ConfigurationError(f"{name} must be finite, got {value!r}", field=name)
     if number > MAX_SECONDS:
         raise ConfigurationError(
-            f"{name} must be at most {MAX_SECONDS:.0f} seconds (68 years), got {value!r}"
+            f"{name} must be at most {MAX_SECONDS:.0f} seconds (68 years), got {value!r}", field=name
         )
     return number
 
@@ -50,30 +52,31 @@ def _number(name: str, value: object) -> float:
 def _positive(name: str, value: object) -> float:
     number = _number(name, value)
     if number <= 0:
-        raise ConfigurationError(f"{name} must be greater than 0, got {value!r}")
+        raise ConfigurationError(f"{name} must be greater than 0, got {value!r}", field=name)
     return number
 
 
 def _non_negative(name: str, value: object) -> float:
     number = _number(name, value)
     if number < 0:
-        raise ConfigurationError(f"{name} must be 0 or more, got {value!r}")
+        raise ConfigurationError(f"{name} must be 0 or more, got {value!r}", field=name)
     return number
 
 
 def _flag(name: str, value: object) -> bool:
     if not isinstance(value, bool):
-        raise ConfigurationError(f"{name} must be True or False, got {value!r}")
+        raise ConfigurationError(f"{name} must be True or False, got {value!r}", field=name)
     return value
 
 
-def _unknown_message(
+def _unknown(
     what: str, kind: str, unknown: Iterable[str], known: Sequence[str], instance_only: Iterable[str] = ()
-) -> str:
-    """The message for ``what`` (``"get_or_rebuild()"``...) given ``unknown``
+) -> UnknownOptionError:
+    """The error for ``what`` (``"get_or_rebuild()"``...) given ``unknown``
     keywords, which are ``kind`` (``"keyword argument"``, ``"option"``): it
-    names them, suggests the close match among ``known`` (or, for a name of
-    ``instance_only``, where it goes instead), and lists ``known``."""
+    names them (its ``field``: the first), suggests the close match among
+    ``known`` (or, for a name of ``instance_only``, where it goes instead),
+    and lists ``known``."""
     names = sorted(unknown)
     hints = []
     for name in names:
@@ -92,7 +95,8 @@ def _unknown_message(
     )
     listed = ", ".join(known[:-1]) + f" and {known[-1]}" if len(known) > 1 else "".join(known)
     takes = "The options are" if kind == "option" else f"The {kind}s it takes are"
-    return f"{what} got {head}: " + "".join(f"{hint} " for hint in hints) + f"{takes} {listed}."
+    message = f"{what} got {head}: " + "".join(f"{hint} " for hint in hints) + f"{takes} {listed}."
+    return UnknownOptionError(message, field=names[0])
 
 
 def unknown_arguments(function: Callable[..., Any], unknown: Iterable[str]) -> UnknownOptionError:
@@ -101,11 +105,7 @@ def unknown_arguments(function: Callable[..., Any], unknown: Iterable[str]) -> U
     code = getattr(function, "__func__", function).__code__
     keywords = code.co_varnames[code.co_argcount : code.co_argcount + code.co_kwonlyargcount]
     fields = {field.name for field in dataclasses.fields(Options)}
-    return UnknownOptionError(
-        _unknown_message(
-            f"{function.__name__}()", "keyword argument", unknown, keywords, fields - set(keywords)
-        )
-    )
+    return _unknown(f"{function.__name__}()", "keyword argument", unknown, keywords, fields - set(keywords))
 
 
 class NoMore(TypedDict):
@@ -127,9 +127,7 @@ def _naming_unknown_options(cls: _C) -> _C:
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         if not kwargs.keys() <= known:
-            raise UnknownOptionError(
-                _unknown_message(f"{cls.__name__}()", "option", kwargs.keys() - known, fields)
-            )
+            raise _unknown(f"{cls.__name__}()", "option", kwargs.keys() - known, fields)
         init(self, *args, **kwargs)
 
     __init__.__wrapped__ = init  # type: ignore[attr-defined]  # inspect.signature() shows the fields
@@ -200,27 +198,31 @@ class Options:
         set_(self, "stale_ttl", _non_negative("stale_ttl", self.stale_ttl))
         lease_ttl = _positive("lease_ttl", self.lease_ttl)
         if lease_ttl < 0.01:
-            raise ConfigurationError(f"lease_ttl must be at least 0.01, got {lease_ttl!r}")
+            raise ConfigurationError(f"lease_ttl must be at least 0.01, got {lease_ttl!r}", field="lease_ttl")
         set_(self, "lease_ttl", lease_ttl)
         max_lease_time = _positive("max_lease_time", self.max_lease_time)
         if max_lease_time < lease_ttl:
             raise ConfigurationError(
                 f"max_lease_time={max_lease_time:g} is below lease_ttl={lease_ttl:g}: max_lease_time "
                 "(after which a lease is no longer renewed) must be at least one lease_ttl: raise "
-                f"max_lease_time to {lease_ttl:g} or more, or lower lease_ttl"
+                f"max_lease_time to {lease_ttl:g} or more, or lower lease_ttl",
+                field="max_lease_time",
             )
         set_(self, "max_lease_time", max_lease_time)
         set_(self, "wait_timeout", _non_negative("wait_timeout", self.wait_timeout))
         if self.on_wait_timeout not in ("rebuild", "raise"):
             raise ConfigurationError(
-                "on_wait_timeout must be 'rebuild' or 'raise', " f"got {self.on_wait_timeout!r}"
+                f"on_wait_timeout must be 'rebuild' or 'raise', got {self.on_wait_timeout!r}",
+                field="on_wait_timeout",
             )
         _flag("background", self.background)
         _flag("fail_open", self.fail_open)
         set_(self, "unfilled_ttl", _non_negative("unfilled_ttl", self.unfilled_ttl))
         size = self.max_value_size
         if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 1):
-            raise ConfigurationError(f"max_value_size must be a number of bytes >= 1 or None, got {size!r}")
+            raise ConfigurationError(
+                f"max_value_size must be a number of bytes >= 1 or None, got {size!r}", field="max_value_size"
+            )
         if self.beta is not None:
             set_(self, "beta", _positive("beta", self.beta))
 
@@ -254,9 +256,7 @@ class Options:
         unknown = overrides.keys() - CALL_OPTIONS
         if unknown:
             fields = {field.name for field in dataclasses.fields(Options)}
-            raise UnknownOptionError(
-                _unknown_message("a call", "option", unknown, sorted(CALL_OPTIONS), fields - CALL_OPTIONS)
-            )
+            raise _unknown("a call", "option", unknown, sorted(CALL_OPTIONS), fields - CALL_OPTIONS)
         return dataclasses.replace(self, **overrides)
 
     @classmethod
@@ -267,5 +267,5 @@ class Options:
         unknown = values.keys() - fields
         if unknown:
             ordered = [f.name for f in dataclasses.fields(cls)]
-            raise UnknownOptionError(_unknown_message(what, "option", unknown, ordered))
+            raise _unknown(what, "option", unknown, ordered)
         return cls(**values)

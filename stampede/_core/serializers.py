@@ -131,23 +131,29 @@ class Compressed:
     ) -> None:
         inner = serializer if serializer is not None else PickleSerializer()
         if not isinstance(inner, Serializer) or isinstance(inner, Compressed):
-            raise ConfigurationError(f"Compressed needs a serializer to wrap, got {serializer!r}")
+            raise ConfigurationError(
+                f"Compressed needs a serializer to wrap, got {serializer!r}", field="serializer"
+            )
         if not 1 <= inner.codec_id < 128:
             raise ConfigurationError(
-                f"Compressed wraps serializers whose codec_id is 1..127, got {inner.codec_id!r}"
+                f"Compressed wraps serializers whose codec_id is 1..127, got {inner.codec_id!r}",
+                field="serializer",
             )
         if algorithm not in _ALGORITHMS:
-            raise ConfigurationError(f"algorithm must be 'zlib' or 'zstd', got {algorithm!r}")
+            raise ConfigurationError(
+                f"algorithm must be 'zlib' or 'zstd', got {algorithm!r}", field="algorithm"
+            )
         if algorithm == "zstd" and _zstd() is None:
             raise ConfigurationError(
                 "algorithm 'zstd' needs Python 3.14+ or the zstandard package "
-                "(pip install 'redis-stampede[zstd]')"
+                "(pip install 'redis-stampede[zstd]')",
+                field="algorithm",
             )
         for name, number in (("min_size", min_size), ("max_size", max_size)):
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise ConfigurationError(f"{name} must be an int >= 0, got {number!r}")
+                raise ConfigurationError(f"{name} must be an int >= 0, got {number!r}", field=name)
         if level is not None and (isinstance(level, bool) or not isinstance(level, int)):
-            raise ConfigurationError(f"level must be an int or None, got {level!r}")
+            raise ConfigurationError(f"level must be an int or None, got {level!r}", field="level")
         self.serializer = inner
         self.algorithm = algorithm
         self.level = level
@@ -217,28 +223,38 @@ def serializer_from(setting: Any) -> Serializer:
         name, _, algorithm = value.lower().partition("+")
         if name not in _NAMED:
             raise ConfigurationError(
-                f"serializer {setting!r}: {name!r} is not 'pickle' or 'json'; use {_ACCEPTED}"
+                f"serializer {setting!r}: {name!r} is not 'pickle' or 'json'; use {_ACCEPTED}",
+                field="serializer",
             )
         if algorithm not in _ALGORITHMS:
             raise ConfigurationError(
-                f"serializer {setting!r}: the algorithm must be 'zlib' or 'zstd', got {algorithm!r}"
+                f"serializer {setting!r}: the algorithm must be 'zlib' or 'zstd', got {algorithm!r}",
+                field="serializer",
             )
-        return Compressed(_NAMED[name](), algorithm)
+        try:
+            return Compressed(_NAMED[name](), algorithm)
+        except ConfigurationError as exc:  # zstd missing: the setting asks for what is not here
+            exc.field = "serializer"
+            raise
     if isinstance(value, str):
         if value.lower() in _NAMED:
             value = _NAMED[value.lower()]
         elif not all(part.isidentifier() for part in value.split(".")) or "." not in value:
-            raise ConfigurationError(f"serializer {setting!r} is not a name stampede knows: use {_ACCEPTED}")
+            raise ConfigurationError(
+                f"serializer {setting!r} is not a name stampede knows: use {_ACCEPTED}", field="serializer"
+            )
         else:
             module, _, name = value.rpartition(".")
             try:
                 value = getattr(importlib.import_module(module), name)
             except (ImportError, AttributeError, ValueError) as exc:
                 raise ConfigurationError(
-                    f"serializer {setting!r} cannot be imported ({exc}): use {_ACCEPTED}"
+                    f"serializer {setting!r} cannot be imported ({exc}): use {_ACCEPTED}", field="serializer"
                 ) from exc
     if isinstance(value, type):
         value = value()
     if not isinstance(value, Serializer):
-        raise ConfigurationError(f"serializer must be {_ACCEPTED}, a class or an instance, got {setting!r}")
+        raise ConfigurationError(
+            f"serializer must be {_ACCEPTED}, a class or an instance, got {setting!r}", field="serializer"
+        )
     return value

@@ -26,9 +26,7 @@ class Signer:
     __slots__ = ("_keys", "_macs")
 
     def __init__(self, keys: Iterable[bytes | str], *, argument: str = "keys") -> None:
-        self._keys = tuple(_key_bytes(key, argument) for key in keys)
-        if not self._keys:
-            raise ConfigurationError(f"{argument} is empty: give at least one signing key")
+        self._keys = _checked(keys, argument, "keys")
         # HMAC's keyed start state, made once: each use copies it.
         self._macs = tuple(_keyed(key) for key in self._keys)
 
@@ -74,18 +72,27 @@ def _keyed(key: bytes) -> Any:
         return hmac.new(key, digestmod=hashlib.sha256)
 
 
-def _key_bytes(key: object, argument: str) -> bytes:
+def _checked(keys: Iterable[object], argument: str, field: str) -> tuple[bytes, ...]:
+    """``keys`` as bytes, or an error naming ``argument`` (and, as data, ``field``)."""
+    checked = tuple(_key_bytes(key, argument, field) for key in keys)
+    if not checked:
+        raise ConfigurationError(f"{argument} is empty: give at least one signing key", field=field)
+    return checked
+
+
+def _key_bytes(key: object, argument: str, field: str) -> bytes:
     if isinstance(key, str):
         key = key.encode("utf-8")
     if not isinstance(key, (bytes, bytearray, memoryview)):
         raise ConfigurationError(
-            f"{argument} must be bytes or str, or a sequence of them, got {type(key).__name__}"
+            f"{argument} must be bytes or str, or a sequence of them, got {type(key).__name__}", field=field
         )
     key = bytes(key)
     if len(key) < _MIN_KEY_BYTES:
         raise ConfigurationError(
             f"{argument} holds a {len(key)}-byte key: a signing key must be at least "
-            f"{_MIN_KEY_BYTES} bytes long (a guessable key signs nothing)"
+            f"{_MIN_KEY_BYTES} bytes long (a guessable key signs nothing)",
+            field=field,
         )
     return key
 
@@ -93,17 +100,20 @@ def _key_bytes(key: object, argument: str) -> bytes:
 def signer_from(setting: Any, argument: str = "signing_key") -> Signer | None:
     """A :class:`Signer` from ``setting``: ``None`` (no signing), a key (bytes
     or str), or a sequence of keys, the first signing, all accepted.
-    ``argument`` names the setting in errors, which never show a key."""
+    ``argument`` names the setting in errors, which never show a key; their
+    ``field`` is ``"signing_key"`` whatever ``argument`` is."""
     if setting is None:
         return None
     if isinstance(setting, Signer):
         return setting
     if isinstance(setting, (str, bytes, bytearray, memoryview)):
-        return Signer([setting], argument=argument)
-    try:
-        keys = list(setting)
-    except TypeError:
-        raise ConfigurationError(
-            f"{argument} must be bytes or str, or a sequence of them, got {type(setting).__name__}"
-        ) from None
-    return Signer(keys, argument=argument)
+        keys: list[object] = [setting]
+    else:
+        try:
+            keys = list(setting)
+        except TypeError:
+            raise ConfigurationError(
+                f"{argument} must be bytes or str, or a sequence of them, got {type(setting).__name__}",
+                field="signing_key",
+            ) from None
+    return Signer(_checked(keys, argument, "signing_key"), argument=argument)

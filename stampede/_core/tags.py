@@ -108,13 +108,16 @@ def tag_id(tag: object, argument: str = "tags") -> bytes:
     """The id of ``tag`` (its UTF-8 name, escaped as keys are), or a
     :class:`~stampede.ConfigurationError` naming ``argument``."""
     if not isinstance(tag, str):
-        raise ConfigurationError(f"{argument}: each tag must be a str, got {type(tag).__name__} {tag!r}")
+        raise ConfigurationError(
+            f"{argument}: each tag must be a str, got {type(tag).__name__} {tag!r}", field="tags"
+        )
     if not tag:
-        raise ConfigurationError(f"{argument}: a tag must not be empty")
+        raise ConfigurationError(f"{argument}: a tag must not be empty", field="tags")
     raw = tag.encode("utf-8", "surrogatepass")
     if len(raw) > MAX_TAG_BYTES:
         raise ConfigurationError(
-            f"{argument}: tag {tag[:40]!r}... is {len(raw)} bytes long; the limit is {MAX_TAG_BYTES}"
+            f"{argument}: tag {tag[:40]!r}... is {len(raw)} bytes long; the limit is {MAX_TAG_BYTES}",
+            field="tags",
         )
     return _escape(raw)
 
@@ -124,11 +127,14 @@ def tag_ids(tags: Any, argument: str = "tags") -> tuple[bytes, ...]:
     if isinstance(tags, (str, bytes)) or not isinstance(tags, Iterable):
         raise ConfigurationError(
             f"{argument} must be a list or tuple of str, got {type(tags).__name__} {tags!r}"
-            + (f" (one tag: {argument}=[{tags!r}])" if isinstance(tags, str) else "")
+            + (f" (one tag: {argument}=[{tags!r}])" if isinstance(tags, str) else ""),
+            field="tags",
         )
     ids = tuple(dict.fromkeys(tag_id(tag, argument) for tag in tags))
     if len(ids) > MAX_TAGS:
-        raise ConfigurationError(f"{argument}: an entry carries at most {MAX_TAGS} tags, got {len(ids)}")
+        raise ConfigurationError(
+            f"{argument}: an entry carries at most {MAX_TAGS} tags, got {len(ids)}", field="tags"
+        )
     return ids
 
 
@@ -201,7 +207,8 @@ class TagStates:
     def __init__(self, prefix: bytes, interval: float) -> None:
         if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not 0 <= interval <= 60:
             raise ConfigurationError(
-                f"tag_check_interval must be a number of seconds from 0 to 60, got {interval!r}"
+                f"tag_check_interval must be a number of seconds from 0 to 60, got {interval!r}",
+                field="tag_check_interval",
             )
         #: What every key of the namespace starts with: tracked invalidations of
         #: names under it that end in ``}:tag`` are tag states.

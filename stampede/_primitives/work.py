@@ -24,7 +24,9 @@ Rebuilder = Callable[[], T]
 
 def check_background_workers(workers: Any) -> int:
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ConfigurationError(f"background_workers must be an int >= 1, got {workers!r}")
+        raise ConfigurationError(
+            f"background_workers must be an int >= 1, got {workers!r}", field="background_workers"
+        )
     return int(workers)
 
 
@@ -200,7 +202,8 @@ def rebuild_call(rebuild: Rebuilder[T]) -> T:
         raise ConfigurationError(
             f"the rebuild function {name} returned a coroutine (it is an async function), which the "
             "blocking stampede.Stampede cannot await: use stampede.asyncio.Stampede for async "
-            "functions (or make it a plain def)"
+            "functions (or make it a plain def)",
+            field="rebuild",
         )
     return value
 

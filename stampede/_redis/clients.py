@@ -63,10 +63,14 @@ def _is_asyncio(client: object) -> bool:
 def check_client(client: object, *, asynchronous: bool, argument: str = "client") -> None:
     """Refuse what is not a redis-py client of the flavour of the instance
     (``asynchronous``: ``stampede.asyncio``'s), or one that decodes responses;
-    ``argument``: how the caller named it."""
+    ``argument``: how the caller named it (``"replicas[0]"``: the error's
+    ``field`` is ``"replicas"``)."""
+    field = argument.partition("[")[0]
     kwargs_of = getattr(client, "get_connection_kwargs", None)
     if kwargs_of is None:
-        raise ConfigurationError(f"{argument} must be a redis-py client, got {type(client).__name__}")
+        raise ConfigurationError(
+            f"{argument} must be a redis-py client, got {type(client).__name__}", field=field
+        )
     if _is_asyncio(client) != asynchronous:
         kind = type(client).__name__
         if asynchronous:
@@ -74,17 +78,20 @@ def check_client(client: object, *, asynchronous: bool, argument: str = "client"
                 f"{argument} is a blocking redis-py client ({kind}), and stampede.asyncio.Stampede "
                 f"awaits its commands: use stampede.Stampede for blocking clients, or give "
                 f"stampede.asyncio.Stampede a redis.asyncio client (redis.asyncio.Redis, "
-                f"redis.asyncio.RedisCluster)"
+                f"redis.asyncio.RedisCluster)",
+                field=field,
             )
         raise ConfigurationError(
             f"{argument} is a redis.asyncio client ({kind}), and stampede.Stampede blocks on its "
             f"commands: use stampede.asyncio.Stampede for redis.asyncio clients, or give "
-            f"stampede.Stampede a blocking client (redis.Redis, redis.cluster.RedisCluster)"
+            f"stampede.Stampede a blocking client (redis.Redis, redis.cluster.RedisCluster)",
+            field=field,
         )
     if kwargs_of().get("decode_responses"):
         raise ConfigurationError(
             f"{argument} has decode_responses=True; stampede stores binary envelopes "
-            "and needs a client created with decode_responses=False"
+            "and needs a client created with decode_responses=False",
+            field=field,
         )
 
 

@@ -10,7 +10,9 @@ Sentinels watch), and the redis-py client for it, blocking or asyncio.
   user and password are the servers'.
 
 So a URL alone (``STAMPEDE_REDIS_URL``) can say which, and a mistake is a
-:class:`~stampede.ConfigurationError` that names the URL.
+:class:`~stampede.ConfigurationError` that names the URL. A connection
+keyword the client or its connections do not take is an
+:class:`~stampede.UnknownOptionError` that names the keyword.
 """
 
 from __future__ import annotations
@@ -32,13 +34,53 @@ import redis.cluster
 import redis.sentinel
 
 from .._core.options import Options
-from .._exceptions import ConfigurationError
+from .._exceptions import ConfigurationError, UnknownOptionError
 
-__all__ = ["Target", "connect", "parse_url", "redact", "split_options"]
+__all__ = [
+    "Target",
+    "check_connection_options",
+    "connect",
+    "parse_url",
+    "redact",
+    "redis_url_kind",
+    "split_options",
+]
 
-_CLUSTER = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-_SENTINEL = {"redis+sentinel": False, "rediss+sentinel": True}
+#: What a URL names: one server, a Redis Cluster, or a Sentinel-watched service.
+Kind = Literal["server", "cluster", "sentinel"]
+#: The schemes of the URLs stampede connects to: what each names, and whether it is TLS.
+_SCHEMES: dict[str, tuple[Kind, bool]] = {
+    "redis": ("server", False),
+    "rediss": ("server", True),
+    "unix": ("server", False),
+    "redis+cluster": ("cluster", False),
+    "rediss+cluster": ("cluster", True),
+    "redis+sentinel": ("sentinel", False),
+    "rediss+sentinel": ("sentinel", True),
+}
 _SENTINEL_PORT = 26379
+
+
+def _scheme(url: object) -> tuple[Kind, bool] | None:
+    """What ``url``'s scheme names and whether it is TLS; ``None``: not a scheme stampede connects to."""
+    if not isinstance(url, str) or "://" not in url:
+        return None
+    return _SCHEMES.get(url.split("://", 1)[0].lower())
+
+
+def redis_url_kind(url: object) -> Kind | None:
+    """What a Redis URL names, by its scheme: ``"server"`` (``redis://``,
+    ``rediss://``, ``unix://``), ``"cluster"`` (``redis+cluster://``,
+    ``rediss+cluster://``) or ``"sentinel"`` (``redis+sentinel://``,
+    ``rediss+sentinel://``); ``None`` for anything else, a string or not.
+    Only the scheme is read (in any case, as redis-py reads it): the rest
+    of the URL is checked when a client is made for it.
+
+    >>> stampede.redis_url_kind("rediss+cluster://node1:7000,node2:7000")
+    'cluster'
+    """
+    scheme = _scheme(url)
+    return None if scheme is None else scheme[0]
 
 
 @dataclass(frozen=True)
@@ -46,7 +88,7 @@ class Target:
     """Where to connect. ``url``: what redis-py's ``from_url`` takes (one server,
     or a cluster node); the other fields are a Sentinel service's."""
 
-    kind: Literal["server", "cluster", "sentinel"]
+    kind: Kind
     url: str = ""
     #: The Sentinels' addresses; for a cluster, its startup nodes besides ``url``'s.
     sentinels: tuple[tuple[str, int], ...] = ()
@@ -73,18 +115,21 @@ def redact(url: object) -> str:
 def parse_url(url: str, *, cluster: bool = False) -> Target:
     """The :class:`Target` of ``url``; ``cluster=True`` reads a plain URL as a cluster node's."""
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigurationError(f"url must be a Redis URL such as redis://host:6379/0, got {redact(url)!r}")
+        raise ConfigurationError(
+            f"url must be a Redis URL such as redis://host:6379/0, got {redact(url)!r}", field="url"
+        )
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
-    if scheme in _SENTINEL:
-        return _sentinel(url, rest, ssl=_SENTINEL[scheme])
-    plain = _CLUSTER.get(scheme)
-    if plain is None and not cluster:
+    # Another scheme is left to redis-py, which names those it takes.
+    kind, tls = _SCHEMES.get(scheme, ("server", False))
+    if kind == "sentinel":
+        return _sentinel(url, rest, ssl=tls)
+    if kind == "server" and not cluster:
         return Target("server", url)
     path = rest.split("?", 1)[0].split("/", 1)
     if len(path) == 2 and path[1] not in ("", "0"):
         raise ConfigurationError(
-            f"a Redis Cluster has only database 0; the url names {path[1]!r}: {redact(url)!r}"
+            f"a Redis Cluster has only database 0; the url names {path[1]!r}: {redact(url)!r}", field="url"
         )
     # More startup nodes, comma-separated: any of them that answers will do.
     location, tail = path[0], rest[len(path[0]) :]
@@ -94,14 +139,17 @@ def parse_url(url: str, *, cluster: bool = False) -> Target:
     for address in others:
         host, _, port = address.strip().rpartition(":")
         if not host or not port.isdigit():
-            raise ConfigurationError(f"a cluster node in {redact(url)!r} must be host:port, got {address!r}")
+            raise ConfigurationError(
+                f"a cluster node in {redact(url)!r} must be host:port, got {address!r}", field="url"
+            )
         nodes.append((host, int(port)))
-    return Target("cluster", f"{plain or scheme}://{credentials}{at}{first}{tail}", sentinels=tuple(nodes))
+    plain = scheme.removesuffix("+cluster")  # a node's, as redis-py reads it
+    return Target("cluster", f"{plain}://{credentials}{at}{first}{tail}", sentinels=tuple(nodes))
 
 
 def _sentinel(url: str, rest: str, *, ssl: bool) -> Target:
     if "?" in rest:
-        raise ConfigurationError(f"a redis+sentinel:// url takes no query: {redact(url)!r}")
+        raise ConfigurationError(f"a redis+sentinel:// url takes no query: {redact(url)!r}", field="url")
     credentials, _, location = rest.rpartition("@")
     username = password = None
     if credentials:
@@ -113,19 +161,22 @@ def _sentinel(url: str, rest: str, *, ssl: bool) -> Target:
     if not parts or len(parts) > 2:
         raise ConfigurationError(
             f"a redis+sentinel:// url names the service, and a database if any: "
-            f"redis+sentinel://host:26379/mymaster/0, got {redact(url)!r}"
+            f"redis+sentinel://host:26379/mymaster/0, got {redact(url)!r}",
+            field="url",
         )
     db = 0
     if len(parts) == 2:
         if not parts[1].isdigit():
-            raise ConfigurationError(f"the database in {redact(url)!r} must be a number, got {parts[1]!r}")
+            raise ConfigurationError(
+                f"the database in {redact(url)!r} must be a number, got {parts[1]!r}", field="url"
+            )
         db = int(parts[1])
     sentinels = []
     for address in hosts.split(","):
         host, has_port, port = address.rpartition(":") if ":" in address else (address, "", "")
         if not host or (has_port and not port.isdigit()):
             raise ConfigurationError(
-                f"a Sentinel address in {redact(url)!r} must be host[:port], got {address!r}"
+                f"a Sentinel address in {redact(url)!r} must be host[:port], got {address!r}", field="url"
             )
         sentinels.append((host, int(port) if port else _SENTINEL_PORT))
     return Target(
@@ -148,9 +199,27 @@ _CLASSES: dict[bool, tuple[Any, Any, Any]] = {
 
 def connect(url: str, *, asynchronous: bool, cluster: bool = False, **options: Any) -> tuple[Any, list[Any]]:
     """The client for ``url`` (``options`` go to redis-py), and the other clients
-    made for it (a Sentinel's), to close with it. Connects lazily, as redis-py does."""
-    server, cluster_class, sentinel_class = _CLASSES[asynchronous]
+    made for it (a Sentinel's), to close with it. Connects lazily, as redis-py
+    does. A keyword the client class does not take (the asyncio cluster
+    client's refuses some of the server client's) is an
+    :class:`~stampede.UnknownOptionError` naming it."""
     target = parse_url(url, cluster=cluster)
+    try:
+        return _connect(target, asynchronous, options)
+    except TypeError as exc:
+        name = _unexpected_keyword(exc)
+        if name is None:
+            raise
+        server, cluster_class, _ = _CLASSES[asynchronous]
+        client_class = cluster_class if target.kind == "cluster" else server
+        raise UnknownOptionError(
+            f"{name} is not taken by {client_class.__name__}, the redis-py client class for {redact(url)!r}",
+            field=name,
+        ) from None
+
+
+def _connect(target: Target, asynchronous: bool, options: dict[str, Any]) -> tuple[Any, list[Any]]:
+    server, cluster_class, sentinel_class = _CLASSES[asynchronous]
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
         sentinel = sentinel_class(list(target.sentinels), **timeouts)
@@ -171,6 +240,47 @@ def connect(url: str, *, asynchronous: bool, cluster: bool = False, **options: A
     return server.from_url(target.url, **options), []
 
 
+#: What Python says of a keyword argument a function does not take.
+_UNEXPECTED_KEYWORD = re.compile(r"unexpected keyword argument '(\w+)'")
+
+
+def _unexpected_keyword(exc: TypeError) -> str | None:
+    """The keyword ``exc`` says a function did not take, if that is what it says."""
+    found = _UNEXPECTED_KEYWORD.search(str(exc))
+    return found.group(1) if found else None
+
+
+def check_connection_options(client: Any, url: str) -> None:
+    """Refuse now a connection keyword that the connections of ``client`` (a
+    redis-py client made for ``url``) do not take: redis-py keeps the
+    keywords a pool is given and passes them to its connection class only
+    when it makes a connection, at the first command, where one that class
+    does not take would be a bare ``TypeError``. Makes a connection, and
+    connects nothing.
+
+    Raises :class:`~stampede.UnknownOptionError` whose ``field`` is the
+    keyword (``ssl_ca_certs`` with a ``redis://`` URL: the message says to
+    use ``rediss://``); any other ``TypeError`` of the connection class as it
+    is. A client without a pool of its own (a cluster's, whose nodes have
+    theirs) is left unchecked.
+    """
+    pool = getattr(client, "connection_pool", None)
+    if pool is None:
+        return
+    try:
+        pool.connection_class(**pool.connection_kwargs)
+    except TypeError as exc:
+        name = _unexpected_keyword(exc)
+        if name is None:
+            raise
+        tls = name.startswith("ssl_") and not _is_tls(url)
+        raise UnknownOptionError(
+            f"{name} is not taken by {pool.connection_class.__name__}, the connection class for "
+            f"{redact(url)!r}" + ("; ssl_* options configure TLS: use a rediss:// URL" if tls else ""),
+            field=name,
+        ) from None
+
+
 #: redis-py keywords that the URL gives instead, and what to write there.
 _GIVEN_BY_THE_URL = {
     "host": "the URL's host",
@@ -182,7 +292,12 @@ _GIVEN_BY_THE_URL = {
     "url": "the URL",
     "startup_nodes": "the URL (redis+cluster://host:port,host:port)",
 }
-_TLS_SCHEMES = ("rediss://", "rediss+cluster://", "rediss+sentinel://")
+
+
+def _is_tls(url: str) -> bool:
+    """Whether ``url``'s scheme asks for TLS (``rediss://``, ``rediss+cluster://``...)."""
+    scheme = _scheme(url)
+    return scheme is not None and scheme[1]
 
 
 @functools.cache
@@ -242,13 +357,15 @@ def split_options(
             f"{owner.__name__}.from_url() got unknown keyword(s) {', '.join(unknown)}: neither a "
             f"stampede option ({', '.join(sorted(own))}) nor a redis-py connection keyword "
             f"(those of {'redis.asyncio' if asynchronous else 'redis'}.Redis)"
-            + (f"; {'; '.join(hints)}" if hints else "")
+            + (f"; {'; '.join(hints)}" if hints else ""),
+            field=unknown[0],
         )
     tls = sorted(name for name in keywords if name.startswith("ssl_") and name not in own)
-    if tls and not url.lower().startswith(_TLS_SCHEMES):
+    if tls and not _is_tls(url):
         raise ConfigurationError(
             f"{', '.join(tls)} configure TLS, which a {url.split('://', 1)[0]}:// URL does not use: "
-            f"use rediss:// (or rediss+cluster://, rediss+sentinel://), got {redact(url)!r}"
+            f"use rediss:// (or rediss+cluster://, rediss+sentinel://), got {redact(url)!r}",
+            field=tls[0],
         )
     redis_options = {name: value for name, value in keywords.items() if name not in own}
     return redis_options, {name: value for name, value in keywords.items() if name in own}
