@@ -11,7 +11,9 @@ import threading
 import stampede
 import stampede.asyncio
 
-from ._config import CacheConfig, improperly_configured
+from ._clients import async_client, sync_client
+from ._config import CacheConfig
+from ._errors import improperly_configured
 
 __all__ = ["async_core", "sync_core"]
 
@@ -29,8 +31,8 @@ def sync_core(config: CacheConfig) -> stampede.Stampede:
                 primary, *replicas = config.servers
                 try:
                     core = stampede.Stampede(
-                        config.sync_client(primary),
-                        replicas=[config.sync_client(url) for url in replicas],
+                        sync_client(config, primary),
+                        replicas=[sync_client(config, url) for url in replicas],
                         **config.core_kwargs(),
                     )
                 except stampede.ConfigurationError as exc:
@@ -45,8 +47,8 @@ def async_core(config: CacheConfig) -> stampede.asyncio.Stampede:
     def build() -> stampede.asyncio.Stampede:
         primary, *replicas = config.servers
         return stampede.asyncio.Stampede(
-            config.async_client(primary),
-            replicas=[config.async_client(url) for url in replicas],
+            async_client(config, primary),
+            replicas=[async_client(config, url) for url in replicas],
             **config.core_kwargs(),
         )
 

@@ -12,10 +12,8 @@ it takes are listed in :class:`StampedeCache`'s docstring.
 
 from __future__ import annotations
 
-import difflib
 import os
 import pickle
-import re
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -28,15 +26,9 @@ from flask_caching.backends.base import BaseCache
 
 import stampede
 
-from ._config import (
-    SCOPES_IN_G,
-    build_serializer,
-    event_hook,
-    near_cache,
-    redis_client,
-    redis_options,
-    signing_keys,
-)
+from ._config import SCOPES_IN_G, build_serializer, event_hook, near_cache, signing_keys
+from ._errors import bad, close_match
+from ._redis import redis_client, redis_options
 
 __all__ = ["StampedeCache"]
 
@@ -82,9 +74,6 @@ def _as_cachelib() -> Iterator[None]:
         raise exc.__cause__ from None
 
 
-_SCHEMES = re.compile(r"^(rediss?(\+cluster|\+sentinel)?|unix)://")
-
-
 def _url(config: dict[str, Any]) -> tuple[str, int | None, str]:
     """The Redis URL Flask-Caching's settings name, as its ``RedisCache``,
     ``RedisSentinelCache`` and ``RedisClusterCache`` read them, the database
@@ -100,17 +89,17 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None, str]:
     """
     password = config.get("CACHE_REDIS_PASSWORD")
     if password is not None and not isinstance(password, str):
-        raise _bad("CACHE_REDIS_PASSWORD", f"must be a str, got {type(password).__name__}")
+        raise bad("CACHE_REDIS_PASSWORD", f"must be a str, got {type(password).__name__}")
     auth = f":{quote(password, safe='')}@" if password else ""
     db = config.get("CACHE_REDIS_DB")
     if db is not None and (isinstance(db, bool) or not isinstance(db, int) or db < 0):
-        raise _bad("CACHE_REDIS_DB", f"must be a database number, got {db!r}")
+        raise bad("CACHE_REDIS_DB", f"must be a database number, got {db!r}")
     cluster = config.get("CACHE_REDIS_CLUSTER")
     if cluster:
         if not isinstance(cluster, str):
-            raise _bad("CACHE_REDIS_CLUSTER", f'must be "host:port[,host:port...]", got {cluster!r}')
+            raise bad("CACHE_REDIS_CLUSTER", f'must be "host:port[,host:port...]", got {cluster!r}')
         if db:
-            raise _bad("CACHE_REDIS_DB", "a Redis Cluster has only database 0")
+            raise bad("CACHE_REDIS_DB", "a Redis Cluster has only database 0")
         nodes = ",".join(node.strip() for node in cluster.split(","))
         return f"redis+cluster://{auth}{nodes}", None, "CACHE_REDIS_CLUSTER"
     sentinels = config.get("CACHE_REDIS_SENTINELS")
@@ -118,18 +107,16 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None, str]:
         try:
             hosts = ",".join(f"{host}:{int(port)}" for host, port in sentinels)
         except (TypeError, ValueError):
-            raise _bad(
-                "CACHE_REDIS_SENTINELS", f"must be a list of (host, port), got {sentinels!r}"
-            ) from None
+            raise bad("CACHE_REDIS_SENTINELS", f"must be a list of (host, port), got {sentinels!r}") from None
         service = config.get("CACHE_REDIS_SENTINEL_MASTER") or "mymaster"
         if not isinstance(service, str):
-            raise _bad("CACHE_REDIS_SENTINEL_MASTER", f"must be the name of a service, got {service!r}")
+            raise bad("CACHE_REDIS_SENTINEL_MASTER", f"must be the name of a service, got {service!r}")
         return f"redis+sentinel://{auth}{hosts}/{service}/{db or 0}", None, "CACHE_REDIS_SENTINELS"
     url = config.get("CACHE_REDIS_URL")
     if url is None and config.get("CACHE_REDIS_HOST"):
         host, port = config["CACHE_REDIS_HOST"], config.get("CACHE_REDIS_PORT", 6379)
         if not isinstance(host, str) or isinstance(port, bool) or not isinstance(port, int):
-            raise _bad(
+            raise bad(
                 "CACHE_REDIS_HOST", f"and CACHE_REDIS_PORT must be a str and an int, got {host!r}, {port!r}"
             )
         return f"redis://{auth}{host}:{port}/{db or 0}", None, "CACHE_REDIS_HOST"
@@ -144,14 +131,10 @@ def _url(config: dict[str, Any]) -> tuple[str, int | None, str]:
             setting,
         )
         url = os.environ.get("STAMPEDE_REDIS_URL") or os.environ.get("REDIS_URL")
-    if not isinstance(url, str) or not _SCHEMES.match(url):
+    if not isinstance(url, str) or stampede.redis_url_kind(url) is None:
         shown = stampede.redact_url(url) if isinstance(url, str) else url
-        raise _bad(setting, f"must be a Redis URL, got {shown!r}")
+        raise bad(setting, f"must be a Redis URL, got {shown!r}")
     return url, db, setting
-
-
-def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
-    return stampede.ConfigurationError(f"flask_stampede: {setting} {problem}")
 
 
 class _Cachelib:
@@ -253,13 +236,12 @@ class StampedeCache(BaseCache):
         for name in sorted(options, key=repr):
             where = f"CACHE_OPTIONS[{name!r}]"
             if name in _NOT_HERE:
-                raise _bad(where, _NOT_HERE[name])
+                raise bad(where, _NOT_HERE[name])
             if name not in _CORE_OPTIONS and name not in _OWN_OPTIONS:
-                close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
-                raise _bad(
+                raise bad(
                     where,
                     "is not a known option."
-                    + (f" Did you mean {close[0]!r}?" if close else "")
+                    + (close_match(name, known) if isinstance(name, str) else "")
                     + f" The known ones are {', '.join(known)}",
                 )
         url, db, url_setting = _url(config)
@@ -281,8 +263,8 @@ class StampedeCache(BaseCache):
         options.pop("signing_key", None)
         on_event = event_hook(options.pop("on_event", None), "CACHE_OPTIONS['on_event']")
         near = near_cache(options.pop("near_cache", None), "CACHE_OPTIONS['near_cache']")
-        if near is not None and url.startswith(("redis+cluster://", "rediss+cluster://")):
-            raise _bad("CACHE_OPTIONS['near_cache']", "cannot be used with a Redis Cluster yet")
+        if near is not None and stampede.redis_url_kind(url) == "cluster":
+            raise bad("CACHE_OPTIONS['near_cache']", "cannot be used with a Redis Cluster yet")
         client = redis_client(url, pool_options, redis_setting, url_setting)
         namespace = options.pop("namespace", "flask-caching")
 
@@ -300,20 +282,12 @@ class StampedeCache(BaseCache):
         try:
             core = made(serializer)
         except stampede.ConfigurationError as exc:
-            # The core names its argument first ("client has decode_responses...").
-            named = next(
-                (
-                    f"[{setting!r}]"
-                    for name, setting in (
-                        *((name, name) for name in options),
-                        ("namespace", "namespace"),
-                        ("near_cache", "near_cache"),
-                        ("client", "redis_options"),
-                    )
-                    if str(exc).startswith(name + " ")
-                ),
-                "",
-            )
+            # The argument at fault (its field), by its CACHE_OPTIONS key: the
+            # client's own refusals (decode_responses...) are redis_options'.
+            field = (exc.field or "").partition(".")[0]
+            key = "redis_options" if field == "client" else field
+            known_here = (*options, "namespace", "serializer", "near_cache", "redis_options")
+            named = f"[{key!r}]" if key in known_here else ""
             raise stampede.ConfigurationError(
                 f"flask_stampede: CACHE_OPTIONS{named} is invalid: {exc}"
             ) from exc

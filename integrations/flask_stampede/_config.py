@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import difflib
 import hashlib
-import inspect
 import logging
 import os
 import re
@@ -13,21 +11,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import itsdangerous
-import redis
-import redis.cluster
-import redis.connection
 
 import stampede
-import stampede.asyncio
+
+from ._errors import bad, close_match
+from ._redis import redis_options
 
 __all__ = [
     "SCOPES_IN_G",
-    "Settings",
+    "StampedeConfig",
     "build_serializer",
     "event_hook",
     "near_cache",
-    "redis_client",
-    "redis_options",
+    "setting_of",
     "signing_keys",
 ]
 
@@ -64,128 +60,17 @@ _OWN = {
     "STAMPEDE_COMPRESS_ABOVE",
 }
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP header name
-
-
-def _bad(setting: str, problem: str) -> stampede.ConfigurationError:
-    return stampede.ConfigurationError(f"flask_stampede: {setting} {problem}")
-
-
-def _close_match(name: str, known: list[str]) -> str:
-    """`` Did you mean 'x'?`` for the known name closest to ``name``, if any is close."""
-    close = difflib.get_close_matches(name, known, n=1)
-    return f" Did you mean {close[0]!r}?" if close else ""
-
-
-# --- redis-py's connection options -------------------------------------------------
-
-#: Where redis-py's connection options are described.
-_REDIS_PY_DOCS = "https://redis.readthedocs.io/en/stable/connections.html"
-#: redis-py keywords that the URL gives instead (or that stampede cannot use), and why.
-_NOT_REDIS_OPTIONS = {
-    "host": "is given by {url}",
-    "port": "is given by {url}",
-    "path": "is given by {url} (unix:///path/to/redis.sock)",
-    "unix_socket_path": "is given by {url} (unix:///path/to/redis.sock)",
-    "ssl": "is given by {url}: rediss:// for TLS",
-    "url": "is given by {url}",
-    "connection_pool": "cannot be given: the pool is made from {url}",
-    "startup_nodes": "is given by {url} (redis+cluster://host:port,host:port)",
+#: The setting of each of stampede's options and arguments, by its name in
+#: the core (a ConfigurationError's ``field``): STAMPEDE_WAIT_TIMEOUT for wait_timeout.
+_SETTING_OF = {name: key for key, name in _CORE.items()} | {
+    key.removeprefix("STAMPEDE_").lower(): key for key in _OWN
 }
 
 
-def _redis_option_names() -> frozenset[str]:
-    """The keyword arguments that redis-py's clients, pools and connections
-    take by name: those ``stampede.redis_client`` may be given."""
-    names: set[str] = set()
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    for cls in (
-        redis.Redis,
-        redis.cluster.RedisCluster,
-        redis.ConnectionPool,
-        redis.connection.AbstractConnection,
-        redis.connection.Connection,
-        redis.connection.SSLConnection,
-        redis.connection.UnixDomainSocketConnection,
-    ):
-        parameters = inspect.signature(cls.__init__).parameters.values()
-        names.update(parameter.name for parameter in parameters if parameter.kind in keyword)
-    names.update(redis.cluster.REDIS_ALLOWED_KEYS)
-    return frozenset(names - {"self"} - _NOT_REDIS_OPTIONS.keys())
-
-
-_REDIS_OPTIONS = _redis_option_names()
-
-
-def redis_options(value: Any, setting: str, url_setting: str, elsewhere: Mapping[str, str]) -> dict[str, Any]:
-    """``value``, the redis-py options of the dict ``setting``, checked: each
-    key one that redis-py takes, or an error naming ``setting[key]``, the
-    known option closest to it, and what the dict is for. ``elsewhere``: the
-    settings that take stampede's options, by option (``stale_ttl``...)."""
-    if not isinstance(value, dict):
-        raise _bad(setting, f"must be a dict of redis-py connection keyword arguments, got {value!r}")
-    for name in value:
-        where = f"{setting}[{name!r}]"
-        if not isinstance(name, str):
-            raise _bad(where, "is not a known option: its keys are keyword argument names")
-        if name in _REDIS_OPTIONS:
-            continue
-        if name in _NOT_REDIS_OPTIONS:
-            raise _bad(where, _NOT_REDIS_OPTIONS[name].format(url=url_setting))
-        if name in elsewhere:
-            raise _bad(where, f"is one of stampede's options, not redis-py's: set {elsewhere[name]}")
-        raise _bad(
-            where,
-            "is not a known option."
-            + _close_match(name, sorted(_REDIS_OPTIONS))
-            + f" {setting} holds redis-py's connection keyword arguments (socket_timeout, "
-            f"ssl_ca_certs, max_connections, retry...: see {_REDIS_PY_DOCS})",
-        )
-    return value
-
-
-def _unexpected_keyword(exc: TypeError) -> str | None:
-    """The keyword a ``TypeError`` says a function did not expect, if it says so."""
-    found = re.search(r"unexpected keyword argument '(\w+)'", str(exc))
-    return found.group(1) if found else None
-
-
-def redis_client(
-    url: str, options: dict[str, Any], setting: str, url_setting: str, *, asynchronous: bool = False
-) -> Any:
-    """The redis-py client (blocking, or ``asynchronous``) for ``url`` with
-    ``options`` (checked by :func:`redis_options`), or an error naming the
-    setting at fault: ``url_setting`` (the URL) or ``setting[key]`` (an
-    option the URL's connections do not take). Connects lazily."""
-    make = stampede.asyncio.redis_client if asynchronous else stampede.redis_client
-    shown = repr(stampede.redact_url(url))
-    pool = None
-    try:
-        client = make(url, **options)
-        pool = getattr(client, "connection_pool", None)  # a cluster client has one per node
-        if pool is not None:
-            # Built, not connected: redis-py keeps a pool's options and tries
-            # them on a connection only at the first command.
-            pool.connection_class(**pool.connection_kwargs)
-    except stampede.ConfigurationError as exc:
-        raise _bad(url_setting, f"is invalid: {exc}") from exc
-    except TypeError as exc:
-        name = _unexpected_keyword(exc)
-        if name is None:
-            raise _bad(setting, f"is invalid: {exc}") from exc
-        tls = name.startswith("ssl_") and not url.startswith(("rediss://", "rediss+"))
-        raise _bad(
-            f"{setting}[{name!r}]",
-            (
-                f"is not taken by {pool.connection_class.__name__}, the connection class for "
-                if pool is not None
-                else "is not taken by the redis-py client for "
-            )
-            + f"{url_setting} {shown}"
-            + ("; ssl_* options configure TLS: use a rediss:// URL" if tls else ""),
-        ) from None
-    except ValueError as exc:
-        raise _bad(setting, f"is invalid: {exc}") from exc
-    return client
+def setting_of(exc: stampede.ConfigurationError, default: str) -> str:
+    """The ``STAMPEDE_*`` setting of the argument ``exc`` is about (its
+    ``field``; ``near_cache`` for ``near_cache.max_entries``), else ``default``."""
+    return _SETTING_OF.get((exc.field or "").partition(".")[0], default)
 
 
 def build_serializer(setting: Any, name: str = "STAMPEDE_SERIALIZER") -> stampede.Serializer:
@@ -193,7 +78,7 @@ def build_serializer(setting: Any, name: str = "STAMPEDE_SERIALIZER") -> stamped
     try:
         return stampede.serializer_from(setting)
     except stampede.ConfigurationError as exc:
-        raise _bad(name, f"is invalid: {exc}") from exc
+        raise bad(name, f"is invalid: {exc}") from exc
 
 
 def event_hook(setting: Any, name: str = "STAMPEDE_ON_EVENT") -> stampede.EventHook | None:
@@ -217,16 +102,16 @@ def near_cache(setting: Any, name: str = "STAMPEDE_NEAR_CACHE") -> stampede.Near
     if isinstance(setting, dict):
         unknown = sorted((key for key in setting if key not in _NEAR_CACHE_KEYS), key=repr)
         if unknown:
-            raise _bad(name, f"has no key {unknown[0]!r}; its keys are {', '.join(_NEAR_CACHE_KEYS)}")
+            raise bad(name, f"has no key {unknown[0]!r}; its keys are {', '.join(_NEAR_CACHE_KEYS)}")
     try:
         if isinstance(setting, dict):
             return stampede.NearCache(**setting)
         return stampede.NearCache.from_setting(setting)
     except stampede.ConfigurationError as exc:
-        # Name the dict's key at fault (NearCache names its field).
-        named = [key for key in _NEAR_CACHE_KEYS if f"near_cache {key} " in str(exc)]
-        where = f"{name}[{named[0]!r}]" if named and isinstance(setting, dict) else name
-        raise _bad(where, f"is invalid: {exc}") from exc
+        # Name the dict's key at fault: NearCache's field ("near_cache.max_bytes").
+        key = (exc.field or "").partition(".")[2]
+        where = f"{name}[{key!r}]" if key in _NEAR_CACHE_KEYS and isinstance(setting, dict) else name
+        raise bad(where, f"is invalid: {exc}") from exc
 
 
 #: What the keys derived from the app's SECRET_KEY are salted with.
@@ -277,7 +162,7 @@ def signing_keys(
 
 
 @dataclass(frozen=True)
-class Settings:
+class StampedeConfig:
     """An app's ``STAMPEDE_*`` settings, checked."""
 
     redis_url: str
@@ -298,7 +183,7 @@ class Settings:
         hidden = ("password", "ssl_password", "credential_provider")
         options = {name: "***" if name in hidden else value for name, value in self.redis_options.items()}
         return (
-            f"Settings(redis_url={stampede.redact_url(self.redis_url)!r}, redis_options={options!r}, "
+            f"StampedeConfig(redis_url={stampede.redact_url(self.redis_url)!r}, redis_options={options!r}, "
             f"namespace={self.namespace!r}, options={self.options!r}, near_cache={self.near_cache!r})"
         )
 
@@ -317,7 +202,7 @@ class Settings:
         }
 
     @classmethod
-    def from_config(cls, config: Any) -> Settings:
+    def from_config(cls, config: Any) -> StampedeConfig:
         unknown = sorted(
             key
             for key in config
@@ -325,10 +210,10 @@ class Settings:
         )
         if unknown:
             known = sorted(_CORE) + sorted(_OWN)
-            raise _bad(
+            raise bad(
                 unknown[0],
                 "is not a known setting."
-                + _close_match(unknown[0], known)
+                + close_match(unknown[0], known)
                 + f" The known ones are {', '.join(known)}",
             )
         try:
@@ -336,17 +221,14 @@ class Settings:
                 {field: config[key] for key, field in _CORE.items() if key in config}
             )
         except stampede.ConfigurationError as exc:
-            setting = next(
-                (key for key, name in _CORE.items() if str(exc).startswith(name + " ")), "STAMPEDE_*"
-            )
-            raise _bad(setting, f"is invalid: {exc}") from exc
+            raise bad(setting_of(exc, "STAMPEDE_*"), f"is invalid: {exc}") from exc
         url = (
             config.get("STAMPEDE_REDIS_URL")
             or os.environ.get("STAMPEDE_REDIS_URL")
             or os.environ.get("REDIS_URL")
         )
-        if not isinstance(url, str) or not re.match(r"^(rediss?(\+cluster|\+sentinel)?|unix)://", url):
-            raise _bad(
+        if not isinstance(url, str) or stampede.redis_url_kind(url) is None:
+            raise bad(
                 "STAMPEDE_REDIS_URL",
                 "must be a redis://, rediss://, unix://, redis+cluster:// or redis+sentinel:// URL, "
                 f"got {(stampede.redact_url(url) if isinstance(url, str) else url)!r}",
@@ -355,20 +237,19 @@ class Settings:
             config.get("STAMPEDE_REDIS_OPTIONS", {}),
             "STAMPEDE_REDIS_OPTIONS",
             "STAMPEDE_REDIS_URL",
-            {name: key for key, name in _CORE.items()}
-            | {key.removeprefix("STAMPEDE_").lower(): key for key in _OWN},
+            _SETTING_OF,
         )
         header = config.get("STAMPEDE_CACHE_HEADER")
         if header is not None and (not isinstance(header, str) or not _TOKEN.fullmatch(header)):
-            raise _bad(
+            raise bad(
                 "STAMPEDE_CACHE_HEADER", f"must be a header name such as 'X-Cache', or None, got {header!r}"
             )
         near = near_cache(config.get("STAMPEDE_NEAR_CACHE"))
-        if near is not None and re.match(r"^rediss?\+cluster://", url):
-            raise _bad("STAMPEDE_NEAR_CACHE", "cannot be used with a Redis Cluster yet")
+        if near is not None and stampede.redis_url_kind(url) == "cluster":
+            raise bad("STAMPEDE_NEAR_CACHE", "cannot be used with a Redis Cluster yet")
         cache_control = config.get("STAMPEDE_CACHE_CONTROL", False)
         if not isinstance(cache_control, bool):
-            raise _bad("STAMPEDE_CACHE_CONTROL", f"must be True or False, got {cache_control!r}")
+            raise bad("STAMPEDE_CACHE_CONTROL", f"must be True or False, got {cache_control!r}")
         return cls(
             redis_url=url,
             redis_options={"socket_timeout": 5.0, "socket_connect_timeout": 5.0, **options_of_redis},

@@ -202,9 +202,9 @@ def test_a_refresher_whose_response_sets_a_cookie_gets_its_own_response(
 def test_no_password_in_the_settings_repr_or_errors(redis_url: str) -> None:
     from flask_caching import Cache
     from flask_stampede import Stampede as FlaskStampede
-    from flask_stampede._config import Settings
+    from flask_stampede._config import StampedeConfig
 
-    settings = Settings.from_config(
+    settings = StampedeConfig.from_config(
         {
             "STAMPEDE_REDIS_URL": "redis://:hunter2@127.0.0.1:1/0",
             "STAMPEDE_REDIS_OPTIONS": {"password": "hunter2"},
