@@ -8,7 +8,6 @@ shared GETs, with its :class:`Settings` for keys, encoding and events.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -24,8 +23,8 @@ from .._core.options import UNSET, NoMore, Options, unknown_arguments
 from .._core.settings import Settings
 from .._core.tags import NAMESPACE, UNTAGGED, Captured
 from .._core.turns import KeyLocks
-from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
-from .._primitives import async_sleep
+from .._core.updates import swapped
+from .._exceptions import ConfigurationError, RedisUnavailableError
 from .._redis import protocol
 from .groups import AsyncGroups
 from .reads import AsyncSharedReads
@@ -36,11 +35,6 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 __all__ = ["AsyncOperations"]
-
-#: The first pause (s) of a signed ``incr`` or ``touch`` that another write overtook.
-SWAP_BACKOFF = 0.001
-#: Its longest: a loser must keep trying while others write, within ``wait_timeout``.
-SWAP_MAX_BACKOFF = 0.05
 
 
 class AsyncOperations:
@@ -257,34 +251,10 @@ class AsyncOperations:
         turn = self._turns.take(keys.value)
         try:
             async with turn:
-                return await self._swap_in_turn(keys, change)
+                steps = swapped(self._settings, keys, change)
+                return cast(bytes | None, await self._runner.drive(steps, keys, self._options, None))
         finally:
             self._turns.give_back(keys.value)
-
-    async def _swap_in_turn(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
-        raw = await self._server.reread(keys)
-        deadline = self._clock.monotonic() + self._settings.options.wait_timeout
-        pause = SWAP_BACKOFF
-        while True:
-            if raw is None or self._settings.judge.decode(keys, raw) is None:  # absent, or forged: a miss
-                return None
-            new, expire = change(raw)
-            reply = await self._server.script("swap", keys, [raw, new, expire])
-            if not isinstance(reply, list):
-                return raw
-            if self._clock.monotonic() + pause > deadline:
-                raise StampedeError(
-                    f"key {keys.name!r} kept changing under this update for wait_timeout "
-                    f"({self._settings.options.wait_timeout:g}s)"
-                )
-            # Another process's write came first: try again after a random
-            # pause, so that updaters in many processes do not keep colliding,
-            # from the value as it is after the pause (the one the refusal
-            # carried is older by then: retried with it, a loser would never
-            # win while others keep writing).
-            await async_sleep(random.uniform(0, pause))
-            pause = min(pause * 2, SWAP_MAX_BACKOFF)
-            raw = await self._server.reread(keys)
 
     async def has_key(self, key: str | bytes) -> bool:
         """Whether ``key`` holds a value, fresh or stale."""

@@ -39,6 +39,7 @@ from .._core.ops import (
     RereadMany,
     Sleep,
     Standby,
+    Swap,
     Wait,
     Waited,
 )
@@ -182,6 +183,9 @@ class AsyncRunner:
             return await self._server.standby_get(keys)
         if isinstance(op, Reread):
             return await self._server.reread(keys)
+        if isinstance(op, Swap):
+            reply = await self._server.script("swap", keys, [op.old, op.new, op.expire])
+            return not isinstance(reply, list)  # a refusal carries the value that won
         if isinstance(op, Release):
             args = protocol.release_args(op, keys, options)
             if op.detached:

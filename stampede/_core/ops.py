@@ -45,6 +45,7 @@ __all__ = [
     "RereadMany",
     "Sleep",
     "Standby",
+    "Swap",
     "Wait",
     "Waited",
 ]
@@ -210,6 +211,16 @@ class Standby:
     bytes, or ``None`` when no replica has it or none answers (never raises)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Swap:
+    """Replace the key's value ``old`` with ``new`` (SWAP's ``expire``
+    argument), if it is still ``old``. Result: whether it was replaced."""
+
+    old: bytes
+    new: bytes
+    expire: str
+
+
 # --- within this process ------------------------------------------------------
 
 
@@ -332,6 +343,7 @@ Op = (
     | Sleep
     | Reread
     | Standby
+    | Swap
     | FirstRead
     | AwaitFlight
     | InBackground
