@@ -15,7 +15,7 @@ __all__ = ["Phase", "PhaseRecord", "PhaseResult", "Scenario"]
 
 #: ``warmup``: unreported, runs every code path once; ``hit``: one caller times hits against a
 #: plain GET; ``cold``: one request per caller on a missing key; ``hot``: callers loop on a key
-#: that keeps expiring; ``coherence``: one process writes, another reads (:mod:`bench.coherence`).
+#: that keeps expiring; ``coherence``: one process writes, another reads (:mod:`bench.herd.coherence`).
 Scenario = Literal["warmup", "hit", "cold", "hot", "coherence"]
 
 

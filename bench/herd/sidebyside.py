@@ -158,8 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     lengths = QUICK if args.quick else FULL
     chosen = [name for name in SCENARIOS if name in (args.scenario or SCENARIOS)]
     # "many", "sustained", "unwritten" and "cluster" need no peer: they measure stampede alone or
-    # beside the frameworks' stock caches (bench.manywaiters; bench.sustained; bench.unwritten;
-    # bench.topologies, on one server and on a cluster).
+    # beside the frameworks' stock caches (bench.load.manywaiters, .sustained, .unwritten;
+    # bench.herd.topologies, on one server and on a cluster).
     peer_scenarios = [name for name in chosen if name not in ("many", "sustained", "unwritten", "cluster")]
     asked = [peer for peer in PEERS if peer.name in (args.peer or [p.name for p in PEERS])]
     # A peer that takes part in none of the chosen scenarios (a hit-only one with --scenario cold)

@@ -2,7 +2,7 @@
 every scenario, and under it how each peer was configured.
 
 Each scenario fills in its columns of the rows (:class:`Figures`);
-:func:`section` renders them; :mod:`bench.plot` draws them.
+:func:`section` renders them; :mod:`bench.herd.plot` draws them.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One HTTP GET per caller thread, for :func:`bench._crowd.in_threads`: the connection is made
+"""One HTTP GET per caller thread, for :func:`bench.load._crowd.in_threads`: the connection is made
 before the release, the request sent after it. A response other than ``200`` with the page's body,
 or none within the timeout, is an error."""
 

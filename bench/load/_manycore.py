@@ -116,7 +116,7 @@ def async_read_commit(url: str, namespace: str, n: int, renders: RenderLog, time
     return asyncio.run(_async_crowd(url, namespace, n, renders, timeout, lease=True))
 
 
-#: The runner of each core entry point, by its name in :data:`bench.manywaiters.ENTRY_POINTS`.
+#: The runner of each core entry point, by its name in :data:`bench.load.manywaiters.ENTRY_POINTS`.
 RUNNERS: dict[str, Runner] = {
     "core-read": sync_read_commit,
     "core-get": sync_get_or_rebuild,

@@ -2,7 +2,7 @@
 across several expiries, and what it cost: renders (and whether any two fell in one window), HTTP
 errors, the slowest answers, and the most Redis connections any one server process held.
 
-Used by the sustained-load scenario (:mod:`bench.sustained`) and by the tests, which run the same
+Used by the sustained-load scenario (:mod:`bench.load.sustained`) and by the tests, which run the same
 load shorter. The app is ``bench.load._apps.sustained_django`` or ``bench.load._apps.sustained_flask``,
 served by one of :data:`support.app_servers.SERVERS` (:class:`AppServer`: a process group
 of its own, always stopped).

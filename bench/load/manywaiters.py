@@ -60,7 +60,7 @@ class EntryPoint:
     ``app`` is the app of :mod:`bench.load._apps.many` served under ``server`` (a
     name in :data:`support.app_servers.SERVERS`) and ``path`` the
     page asked for; without ``app``, the callers are threads or tasks of this
-    process (:data:`bench._manycore.RUNNERS`).
+    process (:data:`bench.load._manycore.RUNNERS`).
     """
 
     name: str

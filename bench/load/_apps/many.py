@@ -1,9 +1,9 @@
-"""The app of one many-waiters cell (:mod:`bench.manywaiters`), as the environment names it
+"""The app of one many-waiters cell (:mod:`bench.load.manywaiters`), as the environment names it
 (:func:`environment`): ``wsgi`` for a WSGI server and, for the Django site, ``asgi`` for an ASGI one.
 
 The app is built when a server first asks for it, so that the benchmark can
 import this module for :func:`environment` without configuring a framework.
-Its renders are counted in the :class:`bench._renders.RenderLog` the
+Its renders are counted in the :class:`bench.load._renders.RenderLog` the
 environment names too.
 """
 

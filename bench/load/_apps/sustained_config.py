@@ -27,7 +27,7 @@ class AppConfig:
     #: how long a stale page is served.
     ttl: int
     stale_ttl: float
-    #: How long one render takes, and the :class:`bench._timeline.Timeline` directory.
+    #: How long one render takes, and the :class:`bench.load._timeline.Timeline` directory.
     render_seconds: float
     timeline: str
     #: For stampede: how long a lease lives unrenewed (``LEASE_TTL``).

@@ -36,7 +36,7 @@ class AppConfig:
     render_seconds: float
     #: The views' simulated work after the cache read.
     work_seconds: float
-    #: The :class:`bench._timeline.Timeline` directory of the slow page's renders.
+    #: The :class:`bench.load._timeline.Timeline` directory of the slow page's renders.
     timeline: str
 
     def to_env(self) -> dict[str, str]:

@@ -6,7 +6,7 @@ WSGI ones.
   moment (``time.sleep``).
 - ``/aflag``: the same as an async view: ``await cache.aget``, ``await asyncio.sleep``.
 - ``/slow``: a sync view under Django's ``cache_page``, whose render is slow; each render is
-  logged in a :class:`bench._timeline.Timeline` named ``slow``.
+  logged in a :class:`bench.load._timeline.Timeline` named ``slow``.
 - ``/ready``: not cached, for the benchmark to poll until the server answers.
 """
 
