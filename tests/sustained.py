@@ -1,5 +1,5 @@
 """What the sustained-load tests of Django and Flask ask of every server: the load, and the checks
-on what it cost (``bench._sustained`` runs it). Counts and orderings, never durations."""
+on what it cost (``bench.load._sustained`` runs it). Counts and orderings, never durations."""
 
 from __future__ import annotations
 

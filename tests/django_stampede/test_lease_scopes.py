@@ -6,7 +6,7 @@ request ends, and the key is then known as one that reads do not fill, so
 the requests that follow miss at once. A render slower than ``LEASE_TTL``
 keeps its lease (renewed while the request runs) and is rendered once per
 window. Counts, never durations: the throughput beside Django's own
-``RedisCache`` is ``python -m bench --scenario unwritten``.
+``RedisCache`` is ``python -m bench unwritten``.
 """
 
 from __future__ import annotations

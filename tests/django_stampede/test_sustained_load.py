@@ -1,5 +1,5 @@
 """Django under load that lasts: clients asking for a page again and again across several expiries,
-through the servers people deploy with, as processes of their own (``bench._sustained``).
+through the servers people deploy with, as processes of their own (``bench.load._sustained``).
 
 Each server renders a page at most once per window (the cold start, then once
 per expiry, never twice before the page it stored has gone stale), answers
@@ -7,7 +7,7 @@ every request with 200, and holds few Redis connections per process whatever
 the number of requests waiting. Under the ASGI servers and gevent, an uncached
 page is answered while a crowd waits for a render. The app misses a key in its
 main thread at start-up, as many sites do. Counts, never durations; the long
-run, with stock Django side by side, is ``python -m bench --scenario sustained``.
+run, with stock Django side by side, is ``python -m bench sustained``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Flask under load that lasts: clients asking for a page again and again across several expiries,
 through gunicorn's gthread and gevent workers and, behind an ASGI adapter (a2wsgi), uvicorn
-(``bench._sustained``).
+(``bench.load._sustained``).
 
 ``@stampede.cached`` on sync and async views and Flask-Caching's ``@cache.cached``
 on ``flask_stampede.StampedeCache`` render a page at most once per window, answer
