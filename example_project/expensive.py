@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import redis
 
-from .settings import Settings
+from .settings import ExampleConfig
 
 __all__ = ["Report", "build_report", "runs_key"]
 
@@ -46,7 +46,7 @@ def _counter(url: str) -> redis.Redis:
     return client
 
 
-def build_report(settings: Settings, app: str, page: str) -> Report:
+def build_report(settings: ExampleConfig, app: str, page: str) -> Report:
     """Run the slow "query" for ``app``'s ``page`` and record that it ran."""
     started = time.time()
     time.sleep(settings.rebuild_seconds)  # stands in for a slow SQL query or an API call

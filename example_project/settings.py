@@ -18,13 +18,15 @@ import tempfile
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Settings", "load"]
+__all__ = ["ExampleConfig", "load"]
 
 CacheKind = Literal["stampede", "stock"]
 
 
 @dataclass(frozen=True)
-class Settings:
+class ExampleConfig:
+    """What the example site and app are configured with, read from the environment."""
+
     redis_url: str
     cache: CacheKind
     ttl: int
@@ -51,13 +53,13 @@ def _number(name: str, default: str, kind: type[float] | type[int]) -> float:
     return value
 
 
-def load() -> Settings:
+def load() -> ExampleConfig:
     """The settings from the environment; a clear error naming the bad variable."""
     cache = os.environ.get("EXAMPLE_CACHE", "stampede")
     if cache not in ("stampede", "stock"):
         raise ValueError(f"EXAMPLE_CACHE must be 'stampede' or 'stock', got {cache!r}")
     rebuild_seconds = _number("EXAMPLE_REBUILD_SECONDS", "1.0", float)
-    return Settings(
+    return ExampleConfig(
         redis_url=os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0",
         cache=cache,  # type: ignore[arg-type]
         ttl=int(_number("EXAMPLE_TTL", "10", int)),

@@ -19,7 +19,7 @@ from flask_caching import Cache
 from flask_stampede import Stampede
 
 from ..expensive import build_report
-from ..settings import Settings, load
+from ..settings import ExampleConfig, load
 from .products import Products
 
 __all__ = ["create_app"]
@@ -27,7 +27,7 @@ __all__ = ["create_app"]
 View = Callable[..., Any]
 
 
-def create_app(settings: Settings | None = None) -> Flask:
+def create_app(settings: ExampleConfig | None = None) -> Flask:
     """The app, configured from the environment unless ``settings`` are given."""
     example = settings or load()
     app = Flask(__name__)

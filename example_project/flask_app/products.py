@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import redis
 
-from ..settings import Settings
+from ..settings import ExampleConfig
 
 __all__ = ["Products"]
 
@@ -17,7 +17,7 @@ PRODUCTS = {1: ("Espresso machine", "249.00"), 2: ("Grinder", "129.00"), 3: ("Ke
 class Products:
     """Products by id, shared by every process of the app."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: ExampleConfig) -> None:
         self._client = redis.Redis.from_url(settings.redis_url, socket_timeout=5)
         self._prefix = f"{settings.key_prefix}:flask-product:"
 

@@ -12,7 +12,7 @@ from flask import Flask
 
 from example_project.expensive import runs_key
 from example_project.flask_app import create_app
-from example_project.settings import Settings
+from example_project.settings import ExampleConfig
 
 PAGES = ("/report", "/dashboard")
 
@@ -22,7 +22,7 @@ def make_app(redis_url: str, namespace: str) -> Iterator[Callable[[str], Flask]]
     made: list[Flask] = []
 
     def make(cache: str) -> Flask:
-        settings = Settings(
+        settings = ExampleConfig(
             redis_url=redis_url,
             cache=cache,  # type: ignore[arg-type]
             ttl=60,
