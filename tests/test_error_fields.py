@@ -89,6 +89,12 @@ def test_each_validator_names_its_field(call: Callable[[], Any], field: str) -> 
         ({"background_workers": 0}, "background_workers"),
         ({"stale_tll": 5}, "stale_tll"),
         ({"wait_timeout": -1}, "wait_timeout"),
+        ({"options": {"ttl": 5}}, "options"),
+        ({"serializer": "json"}, "serializer"),
+        ({"serializer": object()}, "serializer"),
+        ({"compress_above": -1}, "compress_above"),
+        ({"on_event": "print"}, "on_event"),
+        ({"near_cache": 0}, "near_cache"),
     ],
 )
 def test_stampede_names_its_keyword(client: redis.Redis, kwargs: dict[str, Any], field: str) -> None:
@@ -118,6 +124,17 @@ def test_keys_tags_and_decorators_name_their_argument(sf: stampede.Stampede) -> 
     async def asynchronous() -> None: ...
 
     assert field_of(lambda: sf.cached()(asynchronous)) == "func"
+
+
+def test_the_calls_name_their_argument(sf: stampede.Stampede) -> None:
+    assert field_of(lambda: sf.get_or_rebuild("k", "not callable")) == "rebuild"  # type: ignore[arg-type]
+    assert field_of(lambda: sf.get_or_rebuild_many(["k"], "no")) == "rebuild_many"  # type: ignore[arg-type]
+    assert field_of(lambda: sf.get_or_rebuild_many(["k"], lambda keys: list(keys))) == "rebuild_many"
+    assert field_of(lambda: sf.commit("not a lease", 1)) == "lease"  # type: ignore[arg-type]
+    assert field_of(lambda: sf.read("k", scope="request")) == "scope"  # type: ignore[arg-type]
+    assert field_of(lambda: sf.incr("k", 1.5)) == "delta"  # type: ignore[arg-type]
+    assert field_of(lambda: sf.set_many([("k", 1)])) == "mapping"  # type: ignore[arg-type]
+    assert field_of(lambda: sf.delete_prefix("")) == "prefix"
 
 
 def test_an_unknown_option_carries_its_name() -> None:

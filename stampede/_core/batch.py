@@ -70,7 +70,8 @@ def checked(mapping: Any) -> Mapping[Any, Any]:
     if not isinstance(mapping, Mapping):
         raise ConfigurationError(
             f"rebuild_many must return a mapping of the keys it was given to their values, "
-            f"got {type(mapping).__name__}"
+            f"got {type(mapping).__name__}",
+            field="rebuild_many",
         )
     return mapping
 

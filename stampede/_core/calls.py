@@ -326,7 +326,9 @@ class Calls:
     def rebuilt_by_holder(self, lease: Lease, value: Any) -> Rebuilt:
         """What the holder of ``lease`` (checked) rebuilt: ``value``."""
         if not isinstance(lease, Lease):
-            raise ConfigurationError(f"lease must be a stampede.Lease from read(), got {lease!r}")
+            raise ConfigurationError(
+                f"lease must be a stampede.Lease from read(), got {lease!r}", field="lease"
+            )
         return Rebuilt(value, None, self.settings.clock.monotonic() - lease._started)
 
     def commit(

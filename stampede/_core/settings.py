@@ -44,28 +44,34 @@ class Settings:
     ) -> None:
         base = options if options is not None else Options()
         if not isinstance(base, Options):
-            raise ConfigurationError(f"options must be a stampede.Options, got {base!r}")
+            raise ConfigurationError(f"options must be a stampede.Options, got {base!r}", field="options")
         if option_values:
             base = Options.from_mapping({**dataclasses.asdict(base), **option_values}, "Stampede()")
         serializer = serializer if serializer is not None else PickleSerializer()
         if isinstance(serializer, str):
             raise ConfigurationError(
                 f"serializer={serializer!r} is a name, and Stampede() takes a serializer object: "
-                f"serializer=stampede.serializer_from({serializer!r}) reads the name"
+                f"serializer=stampede.serializer_from({serializer!r}) reads the name",
+                field="serializer",
             )
         if not isinstance(serializer, Serializer):
-            raise ConfigurationError(f"serializer must have codec_id, dumps and loads, got {serializer!r}")
+            raise ConfigurationError(
+                f"serializer must have codec_id, dumps and loads, got {serializer!r}", field="serializer"
+            )
         codec_id = serializer.codec_id
         if isinstance(codec_id, bool) or not isinstance(codec_id, int) or not 1 <= codec_id <= 255:
-            raise ConfigurationError(f"serializer.codec_id must be an int in 1..255, got {codec_id!r}")
+            raise ConfigurationError(
+                f"serializer.codec_id must be an int in 1..255, got {codec_id!r}", field="serializer"
+            )
         if compress_above is not None and (
             isinstance(compress_above, bool) or not isinstance(compress_above, int) or compress_above < 0
         ):
             raise ConfigurationError(
-                f"compress_above must be a number of bytes (an int >= 0) or None, got {compress_above!r}"
+                f"compress_above must be a number of bytes (an int >= 0) or None, got {compress_above!r}",
+                field="compress_above",
             )
         if on_event is not None and not callable(on_event):
-            raise ConfigurationError(f"on_event must be callable, got {on_event!r}")
+            raise ConfigurationError(f"on_event must be callable, got {on_event!r}", field="on_event")
         #: Names this instance's keys in Redis.
         self.keys = KeySpace(namespace)
         self.options = base
@@ -82,7 +88,8 @@ class Settings:
                 f"near_cache={near_cache!r} is not a number of entries a near cache can keep (1 or "
                 "more): near_cache takes None or False (no near cache, the default: leave it out), "
                 "True (a near cache with the default bounds), a number of entries >= 1, or a "
-                "stampede.NearCache"
+                "stampede.NearCache",
+                field="near_cache",
             )
         #: The near cache's settings, if it has one.
         self.near = NearCache.from_setting(near_cache)
@@ -212,7 +219,9 @@ class Settings:
 
     def items(self, mapping: Mapping[Any, Any]) -> list[tuple[Keys, Any]]:
         if not isinstance(mapping, Mapping):
-            raise ConfigurationError(f"mapping must be a Mapping of keys to values, got {mapping!r}")
+            raise ConfigurationError(
+                f"mapping must be a Mapping of keys to values, got {mapping!r}", field="mapping"
+            )
         return [(self.keys(key), value) for key, value in mapping.items()]
 
     def many(self, keys: Iterable[str | bytes]) -> dict[bytes, tuple[str | bytes, Keys]]:

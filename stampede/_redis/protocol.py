@@ -99,7 +99,7 @@ def touch_args(fresh_until: bytes, options: Options) -> list[Any]:
 def incr_args(delta: Any) -> list[Any]:
     """INCR's, ``delta`` checked."""
     if isinstance(delta, bool) or not isinstance(delta, int):
-        raise ConfigurationError(f"delta must be an int, got {delta!r}")
+        raise ConfigurationError(f"delta must be an int, got {delta!r}", field="delta")
     return [delta]
 
 

@@ -89,7 +89,7 @@ class Leases:
         if unknown:
             raise unknown_arguments(self.read, unknown)
         if scope is not None and not isinstance(scope, LeaseScope):
-            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}")
+            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}", field="scope")
         given = (ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         options = self._options if given == NONE_GIVEN else self._call_options(*given)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
@@ -183,6 +183,6 @@ class Leases:
         that reads do not fill, unless the unit
         :attr:`~stampede.LeaseScope.failed`."""
         if not isinstance(scope, LeaseScope):
-            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}")
+            raise ConfigurationError(f"scope must be a stampede.LeaseScope, got {scope!r}", field="scope")
         for lease in scope._drain(self._settings.keys.namespace):
             self._give_back(lease, unfilled=not scope.failed)

@@ -304,7 +304,7 @@ class Operations:
         Tags are groups of their own (see :meth:`delete_tags`): their states stay.
         """
         if not isinstance(prefix, str) or not prefix:
-            raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}")
+            raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}", field="prefix")
         under = self._keys.value_prefix(prefix)
         return self._unlink_matching(self._keys.prefix_patterns(prefix), under, tag_states=False)
 

@@ -152,7 +152,8 @@ class Stampede(Leases, Operations):
         if settings.near is not None and (self._server.cluster or replicas):
             # Tracking is per node, and replicas lag: neither is coherent yet.
             raise ConfigurationError(
-                "near_cache is not supported with a Redis Cluster client or replicas= yet"
+                "near_cache is not supported with a Redis Cluster client or replicas= yet",
+                field="near_cache",
             )
         self._background = Background(background_workers)
         # Bound once: they are on every hit.
@@ -298,7 +299,7 @@ class Stampede(Leases, Operations):
         # The instance's options when none is given, without a call: a hit's path.
         options = self._options if given == NONE_GIVEN else self._call_options(*given)
         if not callable(rebuild):
-            raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}")
+            raise ConfigurationError(f"rebuild must be callable, got {rebuild!r}", field="rebuild")
         tag_ids = self._settings.tag_ids(tags) if tags else ()
         near = self._near
         if near is not None and options.beta is None:
@@ -374,7 +375,9 @@ class Stampede(Leases, Operations):
         options = self._call_options(ttl, stale_ttl, lease_ttl, wait_timeout, UNSET, beta)
         tag_ids = self._settings.tag_ids(tags) if tags else ()
         if not callable(rebuild_many):
-            raise ConfigurationError(f"rebuild_many must be callable, got {rebuild_many!r}")
+            raise ConfigurationError(
+                f"rebuild_many must be callable, got {rebuild_many!r}", field="rebuild_many"
+            )
         named = self._settings.many(keys)
         if not named:
             return {}
