@@ -40,9 +40,9 @@ from ._exceptions import SerializationError as SerializationError
 from ._exceptions import StampedeError as StampedeError
 from ._exceptions import UnknownOptionError as UnknownOptionError
 from ._exceptions import WaitTimeoutError as WaitTimeoutError
-from ._redis.urls import check_connection_options as check_connection_options
-from ._redis.urls import redact as redact_url
-from ._redis.urls import redis_url_kind as redis_url_kind
+from ._protocol.urls import check_connection_options as check_connection_options
+from ._protocol.urls import redact as redact_url
+from ._protocol.urls import redis_url_kind as redis_url_kind
 from ._sync.stampede import Stampede as Stampede
 from ._sync.stampede import redis_client as redis_client
 

@@ -16,7 +16,7 @@ import stampede
 import stampede.asyncio
 from stampede import EventKind, LeaseScope
 from stampede._core.keys import KeySpace
-from stampede._redis.scripts import UNFILLED
+from stampede._protocol.scripts import UNFILLED
 from tests.helpers import wait_until
 from tests.observers import record, recorded
 

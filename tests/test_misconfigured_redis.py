@@ -23,7 +23,7 @@ import redis.sentinel
 import stampede
 import stampede.asyncio
 from stampede import ConfigurationError, RedisUnavailableError
-from stampede._redis.errors import misconfiguration
+from stampede._protocol.errors import misconfiguration
 from stampede.testing import RedisCluster, RedisSentinel, RedisServer
 from stampede.testing._ports import free_port
 from tests.drivers import DRIVERS

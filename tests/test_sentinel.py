@@ -12,7 +12,7 @@ import redis.sentinel
 
 import stampede
 import stampede.asyncio
-from stampede._redis.urls import Target, parse_url
+from stampede._protocol.urls import Target, parse_url
 from stampede.testing import RedisSentinel
 from tests.helpers import AsyncRebuilds, Rebuilds, run_tasks, run_threads
 

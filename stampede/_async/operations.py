@@ -25,7 +25,7 @@ from .._core.tags import NAMESPACE, UNTAGGED, Captured
 from .._core.turns import KeyLocks
 from .._core.updates import swapped
 from .._exceptions import ConfigurationError, RedisUnavailableError
-from .._redis import protocol
+from .._protocol import messages
 from .groups import AsyncGroups
 from .reads import AsyncSharedReads
 from .runner import AsyncRunner
@@ -102,7 +102,7 @@ class AsyncOperations:
             duration=0.0,
             captured=captured,
         )
-        return protocol.write_args(keys, data, options, self._options.lapse_ms)
+        return messages.write_args(keys, data, options, self._options.lapse_ms)
 
     async def set(
         self,
@@ -130,7 +130,7 @@ class AsyncOperations:
         in flight. Returns whether there was a value."""
         keys = self._keys(key)
         return bool(
-            await self._server.script("write", keys, protocol.delete_args(keys, self._options.lapse_ms))
+            await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
         )
 
     async def invalidate(self, key: str | bytes) -> bool:
@@ -141,7 +141,7 @@ class AsyncOperations:
         """
         keys = self._keys(key)
         return bool(
-            await self._server.script("invalidate", keys, protocol.invalidate_args(self._options.lapse_ms))
+            await self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
         )
 
     async def add(
@@ -205,7 +205,7 @@ class AsyncOperations:
         head = await self._server.script(
             "touch",
             keys,
-            protocol.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
+            messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
         )
         return bool(head) and not await self._dropped(keys, head)
 
@@ -220,14 +220,14 @@ class AsyncOperations:
         outside the signed 64-bit range.
         """
         keys = self._keys(key)
-        args = protocol.incr_args(delta)
+        args = messages.incr_args(delta)
         if self._settings.codec.signer is not None:
             swapped = await self._swap(
                 keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], "")
             )
             return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
         reply = await self._server.script("incr", keys, args)
-        value = protocol.incr_result(keys, reply)
+        value = messages.incr_result(keys, reply)
         if value is not None and await self._dropped(keys, reply[2]):
             return None
         return value
@@ -238,7 +238,7 @@ class AsyncOperations:
         await self._groups.read_lacking(self._settings.judge.tags_unknown(head))
         if not self._settings.judge.deleted_by_tags(head):
             return False
-        await self._server.script("write", keys, protocol.delete_args(keys, self._options.lapse_ms))
+        await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
         return True
 
     async def _swap(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
@@ -297,7 +297,7 @@ class AsyncOperations:
     async def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
         calls = [
-            (names, protocol.delete_args(names, self._options.lapse_ms))
+            (names, messages.delete_args(names, self._options.lapse_ms))
             for _, names in self._settings.many(keys).values()
         ]
         return sum(await self._server.pipelined("write", calls))
@@ -338,7 +338,7 @@ class AsyncOperations:
 
     async def _unlink(self, names: list[bytes], under: bytes, tag_states: bool) -> int:
         """Delete ``names``; returns how many were values (not leases or fences)."""
-        values, others, fenced = protocol.unlink_plan(
+        values, others, fenced = messages.unlink_plan(
             self._keys.prefix, names, under=under, tag_states=tag_states
         )
         if others:
@@ -347,6 +347,6 @@ class AsyncOperations:
         if values and self._near is not None:
             self._near.invalidate(values)  # this process sees its own deletes at once
         if fenced:
-            calls = [(keys, protocol.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
+            calls = [(keys, messages.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
             deleted += sum(await self._server.pipelined("write", calls))
         return deleted

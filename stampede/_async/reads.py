@@ -12,7 +12,7 @@ import redis.exceptions
 
 from .._core.near import NearStore
 from .._primitives import AsyncEvent, AsyncSectionLock
-from .._redis.errors import lost_connection
+from .._protocol.errors import lost_connection
 from .server import AsyncServer
 
 __all__ = ["AsyncSharedReads"]

@@ -58,7 +58,7 @@ from .._primitives import (
     async_shield,
     async_sleep,
 )
-from .._redis import protocol
+from .._protocol import messages
 from .groups import AsyncGroups
 from .keeper import AsyncLeaseKeeper
 from .lookups import AsyncLookups
@@ -165,11 +165,11 @@ class AsyncRunner:
                 return await self._rebuilt(call)
             return await self._renewed_while(list(op.leases), options, call)
         if isinstance(op, AcquireMany):
-            calls = [(names, protocol.acquire_args(token, options, reads=False)) for names, token in op.asks]
-            return [protocol.acquired(reply) for reply in await self._server.pipelined("acquire", calls)]
+            calls = [(names, messages.acquire_args(token, options, reads=False)) for names, token in op.asks]
+            return [messages.acquired(reply) for reply in await self._server.pipelined("acquire", calls)]
         if isinstance(op, CommitMany):
-            calls = [(names, protocol.commit_args(commit, names, options)) for names, commit in op.commits]
-            return [protocol.commit_outcome(reply) for reply in await self._server.pipelined("commit", calls)]
+            calls = [(names, messages.commit_args(commit, names, options)) for names, commit in op.commits]
+            return [messages.commit_outcome(reply) for reply in await self._server.pipelined("commit", calls)]
         if isinstance(op, ReleaseMany):
             return await self._release(list(op.leases), options, detached=op.detached)
         assert keys is not None  # the operations left are about one key
@@ -187,7 +187,7 @@ class AsyncRunner:
             reply = await self._server.script("swap", keys, [op.old, op.new, op.expire])
             return not isinstance(reply, list)  # a refusal carries the value that won
         if isinstance(op, Release):
-            args = protocol.release_args(op, keys, options)
+            args = messages.release_args(op, keys, options)
             if op.detached:
                 self._release_detached([(keys, args)], options)
                 return None
@@ -199,10 +199,10 @@ class AsyncRunner:
             return None
         if isinstance(op, Commit):
             # Shielded: a cancelled caller's value still lands, freeing the lease.
-            args = protocol.commit_args(op, keys, options)
-            return protocol.commit_outcome(await async_shield(self._server.script("commit", keys, args)))
-        reply = await self._server.script("acquire", keys, protocol.acquire_args(op.token, options, op.reads))
-        return protocol.acquired(reply)
+            args = messages.commit_args(op, keys, options)
+            return messages.commit_outcome(await async_shield(self._server.script("commit", keys, args)))
+        reply = await self._server.script("acquire", keys, messages.acquire_args(op.token, options, op.reads))
+        return messages.acquired(reply)
 
     # --- releases -------------------------------------------------------------
 
@@ -211,7 +211,7 @@ class AsyncRunner:
         whether Redis answered (if not, the leases expire by themselves)."""
         if not leases:
             return True
-        calls = [(names, protocol.release_args(Release(token), names, options)) for names, token in leases]
+        calls = [(names, messages.release_args(Release(token), names, options)) for names, token in leases]
         if detached:
             self._release_detached(calls, options)
             return True
@@ -296,7 +296,7 @@ class AsyncRunner:
         """Renew ``leases`` every ``interval`` until ``stop`` is set (``False``),
         one is found lost (``True``), or ``max_lease_time`` passes."""
         give_up_at = time.monotonic() + options.max_lease_time
-        calls = [(keys, protocol.extend_args(token, options)) for keys, token in leases]
+        calls = [(keys, messages.extend_args(token, options)) for keys, token in leases]
         name = leases[0][0].name if len(leases) == 1 else "a batch"
         while not await stop.wait(interval):
             if time.monotonic() >= give_up_at:

@@ -20,10 +20,10 @@ from .._core.keys import Keys
 from .._core.ops import Lookup
 from .._core.settings import Settings
 from .._exceptions import RedisUnavailableError, StampedeError
-from .._redis import scripts as lua
-from .._redis.clients import Standbys, is_cluster
-from .._redis.errors import lost_connection, translated
-from .._redis.nodes import record_sharded, sharded_known
+from .._protocol import scripts as lua
+from .._protocol.clients import Standbys, is_cluster
+from .._protocol.errors import lost_connection, translated
+from .._protocol.nodes import record_sharded, sharded_known
 
 __all__ = ["AsyncServer", "async_ask_sharded"]
 
@@ -109,7 +109,7 @@ class AsyncServer:
         raise self.translated(failure, f"{action}{where}") from failure
 
     def translated(self, failure: BaseException, doing: str) -> StampedeError:
-        """``failure`` as stampede raises it (see :func:`~stampede._redis.errors.translated`)."""
+        """``failure`` as stampede raises it (see :func:`~stampede._protocol.errors.translated`)."""
         return translated(
             failure, doing, client=self.client, cluster=self.cluster, namespace=self._settings.keys.namespace
         )

@@ -47,8 +47,8 @@ from .._primitives import (
     async_close_client,
     async_forks_with,
 )
-from .._redis.clients import check_client, fails_over
-from .._redis.urls import connect, split_options
+from .._protocol.clients import check_client, fails_over
+from .._protocol.urls import connect, split_options
 from .groups import AsyncGroups
 from .keeper import AsyncLeaseKeeper
 from .leases import NONE_GIVEN, AsyncLeases

@@ -46,8 +46,8 @@ from .._primitives import (
     async_forks_with,
     async_sleep,
 )
-from .._redis.clients import is_cluster
-from .._redis.nodes import node_client
+from .._protocol.clients import is_cluster
+from .._protocol.nodes import node_client
 from .server import async_ask_sharded
 
 __all__ = ["AsyncSubscriber", "AsyncWatch", "async_subscriber_for"]

@@ -5,7 +5,7 @@ it) are generators: they yield one of these, the driver carries it out (a
 script, a wait, the caller's rebuild...) and sends back its result, or throws
 the failure in (:class:`~stampede.RedisUnavailableError` for Redis). The
 operations name what is wanted, never how: the Redis protocol of each is in
-``stampede/_redis/protocol.py``.
+``stampede/_protocol/messages.py``.
 """
 
 from __future__ import annotations

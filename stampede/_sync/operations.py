@@ -26,7 +26,7 @@ from .._core.tags import NAMESPACE, UNTAGGED, Captured
 from .._core.turns import KeyLocks
 from .._core.updates import swapped
 from .._exceptions import ConfigurationError, RedisUnavailableError
-from .._redis import protocol
+from .._protocol import messages
 from .groups import Groups
 from .reads import SharedReads
 from .runner import Runner
@@ -103,7 +103,7 @@ class Operations:
             duration=0.0,
             captured=captured,
         )
-        return protocol.write_args(keys, data, options, self._options.lapse_ms)
+        return messages.write_args(keys, data, options, self._options.lapse_ms)
 
     def set(
         self,
@@ -130,7 +130,7 @@ class Operations:
         """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
         in flight. Returns whether there was a value."""
         keys = self._keys(key)
-        return bool(self._server.script("write", keys, protocol.delete_args(keys, self._options.lapse_ms)))
+        return bool(self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms)))
 
     def invalidate(self, key: str | bytes) -> bool:
         """Mark ``key`` stale but keep serving it while one caller refreshes it.
@@ -139,7 +139,7 @@ class Operations:
         invalidated. Returns whether there was a value to mark.
         """
         keys = self._keys(key)
-        return bool(self._server.script("invalidate", keys, protocol.invalidate_args(self._options.lapse_ms)))
+        return bool(self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms)))
 
     def add(
         self,
@@ -202,7 +202,7 @@ class Operations:
         head = self._server.script(
             "touch",
             keys,
-            protocol.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
+            messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
         )
         return bool(head) and not self._dropped(keys, head)
 
@@ -217,12 +217,12 @@ class Operations:
         outside the signed 64-bit range.
         """
         keys = self._keys(key)
-        args = protocol.incr_args(delta)
+        args = messages.incr_args(delta)
         if self._settings.codec.signer is not None:
             swapped = self._swap(keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], ""))
             return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
         reply = self._server.script("incr", keys, args)
-        value = protocol.incr_result(keys, reply)
+        value = messages.incr_result(keys, reply)
         if value is not None and self._dropped(keys, reply[2]):
             return None
         return value
@@ -233,7 +233,7 @@ class Operations:
         self._groups.read_lacking(self._settings.judge.tags_unknown(head))
         if not self._settings.judge.deleted_by_tags(head):
             return False
-        self._server.script("write", keys, protocol.delete_args(keys, self._options.lapse_ms))
+        self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
         return True
 
     def _swap(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
@@ -292,7 +292,7 @@ class Operations:
     def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
         calls = [
-            (names, protocol.delete_args(names, self._options.lapse_ms))
+            (names, messages.delete_args(names, self._options.lapse_ms))
             for _, names in self._settings.many(keys).values()
         ]
         return sum(self._server.pipelined("write", calls))
@@ -333,7 +333,7 @@ class Operations:
 
     def _unlink(self, names: list[bytes], under: bytes, tag_states: bool) -> int:
         """Delete ``names``; returns how many were values (not leases or fences)."""
-        values, others, fenced = protocol.unlink_plan(
+        values, others, fenced = messages.unlink_plan(
             self._keys.prefix, names, under=under, tag_states=tag_states
         )
         if others:
@@ -342,6 +342,6 @@ class Operations:
         if values and self._near is not None:
             self._near.invalidate(values)  # this process sees its own deletes at once
         if fenced:
-            calls = [(keys, protocol.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
+            calls = [(keys, messages.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
             deleted += sum(self._server.pipelined("write", calls))
         return deleted

@@ -13,7 +13,7 @@ import redis.exceptions
 
 from .._core.near import NearStore
 from .._primitives import Event, SectionLock
-from .._redis.errors import lost_connection
+from .._protocol.errors import lost_connection
 from .server import Server
 
 __all__ = ["SharedReads"]

@@ -48,8 +48,8 @@ from .._primitives import (
     close_client,
     forks_with,
 )
-from .._redis.clients import check_client, fails_over
-from .._redis.urls import connect, split_options
+from .._protocol.clients import check_client, fails_over
+from .._protocol.urls import connect, split_options
 from .groups import Groups
 from .keeper import LeaseKeeper
 from .leases import NONE_GIVEN, Leases

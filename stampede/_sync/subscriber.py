@@ -47,8 +47,8 @@ from .._primitives import (
     forks_with,
     sleep,
 )
-from .._redis.clients import is_cluster
-from .._redis.nodes import node_client
+from .._protocol.clients import is_cluster
+from .._protocol.nodes import node_client
 from .server import ask_sharded
 
 __all__ = ["Subscriber", "Watch", "subscriber_for"]

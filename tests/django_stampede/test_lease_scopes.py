@@ -26,7 +26,7 @@ from django.test import Client, override_settings
 from bench.load import _sustained
 from bench.load._apps.sustained_config import flag_events
 from bench.load._timeline import Render
-from stampede._redis.scripts import UNFILLED
+from stampede._protocol.scripts import UNFILLED
 from tests.django_stampede import workers
 from tests.sustained import check_load, server_named
 

@@ -1,5 +1,5 @@
 """The scripts' arguments and replies: what each operation sends to its
-script (``stampede/_redis/scripts.py``) and what its reply means.
+script (``stampede/_protocol/scripts.py``) and what its reply means.
 
 Free of I/O: the drivers send what these build and hand the replies back.
 """
