@@ -18,6 +18,7 @@ from .._core.batch import Absent, checked
 from .._core.events import logger
 from .._core.keys import Keys
 from .._core.ops import (
+    Acquire,
     AcquireMany,
     AwaitFlight,
     Capture,
@@ -201,8 +202,10 @@ class AsyncRunner:
             # Shielded: a cancelled caller's value still lands, freeing the lease.
             args = messages.commit_args(op, keys, options)
             return messages.commit_outcome(await async_shield(self._server.script("commit", keys, args)))
-        reply = await self._server.script("acquire", keys, messages.acquire_args(op.token, options, op.reads))
-        return messages.acquired(reply)
+        if isinstance(op, Acquire):
+            args = messages.acquire_args(op.token, options, op.reads)
+            return messages.acquired(await self._server.script("acquire", keys, args))
+        raise TypeError(f"no driver carries out {op!r}")
 
     # --- releases -------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from .._core.batch import Absent, checked
 from .._core.events import logger
 from .._core.keys import Keys
 from .._core.ops import (
+    Acquire,
     AcquireMany,
     AwaitFlight,
     Capture,
@@ -202,8 +203,10 @@ class Runner:
             # Shielded: a cancelled caller's value still lands, freeing the lease.
             args = messages.commit_args(op, keys, options)
             return messages.commit_outcome(shield(self._server.script("commit", keys, args)))
-        reply = self._server.script("acquire", keys, messages.acquire_args(op.token, options, op.reads))
-        return messages.acquired(reply)
+        if isinstance(op, Acquire):
+            args = messages.acquire_args(op.token, options, op.reads)
+            return messages.acquired(self._server.script("acquire", keys, args))
+        raise TypeError(f"no driver carries out {op!r}")
 
     # --- releases -------------------------------------------------------------
 
