@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 TWINS = {
     "stampede/_async/groups.py": "stampede/_sync/groups.py",
     "stampede/_async/keeper.py": "stampede/_sync/keeper.py",
-    "stampede/_async/leases.py": "stampede/_sync/leases.py",
+    "stampede/_async/lease_api.py": "stampede/_sync/lease_api.py",
     "stampede/_async/lookups.py": "stampede/_sync/lookups.py",
     "stampede/_async/operations.py": "stampede/_sync/operations.py",
     "stampede/_async/reads.py": "stampede/_sync/reads.py",

@@ -51,7 +51,7 @@ from .._protocol.clients import check_client, fails_over
 from .._protocol.urls import connect, split_options
 from .groups import AsyncGroups
 from .keeper import AsyncLeaseKeeper
-from .leases import NONE_GIVEN, AsyncLeases
+from .lease_api import NONE_GIVEN, AsyncLeases
 from .lookups import AsyncLookups
 from .operations import AsyncOperations
 from .reads import AsyncSharedReads

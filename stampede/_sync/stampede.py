@@ -52,7 +52,7 @@ from .._protocol.clients import check_client, fails_over
 from .._protocol.urls import connect, split_options
 from .groups import Groups
 from .keeper import LeaseKeeper
-from .leases import NONE_GIVEN, Leases
+from .lease_api import NONE_GIVEN, Leases
 from .lookups import Lookups
 from .operations import Operations
 from .reads import SharedReads

@@ -1,4 +1,4 @@
-# Generated from stampede/_async/leases.py by tools/unasync.py: edit that file, then run the tool.
+# Generated from stampede/_async/lease_api.py by tools/unasync.py: edit that file, then run the tool.
 """The lease API of :class:`~stampede.Stampede`: ``read``, then ``commit`` or
 ``release``, for callers that rebuild by themselves (a cache's ``get`` followed
 by its ``set``), and the scopes that hold a unit of work's leases.
