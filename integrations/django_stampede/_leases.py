@@ -107,10 +107,11 @@ class _Unit:
         if task is None:
             return True
         owner = None if self.task is None else self.task()
-        if owner is None:
-            # Made by the thread's own code, or by a task that has ended: the
-            # first task to use it takes it over (a script's asyncio.run), and
-            # tasks running beside that one make their own.
+        if owner is None or owner.done():
+            # Made by the thread's own code, or by a task that has ended (gone,
+            # or done though something still refers to it): the first task to
+            # use it takes it over (a script's asyncio.run), and tasks running
+            # beside that one make their own.
             self.task = weakref.ref(task)
             return True
         return owner is task

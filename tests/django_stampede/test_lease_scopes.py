@@ -11,6 +11,7 @@ window. Counts, never durations: the throughput beside Django's own
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import multiprocessing
 import os
@@ -214,6 +215,29 @@ async def test_async_lease_scope_settles_on_the_event_loop() -> None:
             await cache.aset("page", "rendered")
         assert await cache.aget("page") == "rendered"
         await cache.aclear()
+
+
+def test_a_task_that_ended_no_longer_owns_its_threads_leases() -> None:
+    # Outside requests, a thread's leases belong to one asyncio task at a
+    # time, until it ends: ended, not gone (something may still refer to it).
+    with override_settings(CACHES={"default": _cache_entry()}):
+        cache = caches["default"]
+        ended: list[asyncio.Task[Any]] = []
+
+        async def first_script() -> None:
+            ended.append(asyncio.current_task())  # type: ignore[arg-type]
+            await cache.aget("elsewhere")
+
+        assert cache.get("before") is None  # the thread's unit of work begins
+        asyncio.run(first_script())  # the script's task: the thread's unit, while it runs
+        assert cache.get("page") is None  # the thread's read: it holds the lease
+        # The next script's task is the thread's own: it never waits for the
+        # thread's lease, and the thread's write then stores.
+        assert asyncio.run(cache.aget("page", "default")) == "default"
+        cache.set("page", "rendered")
+        assert cache.get("page") == "rendered"
+        assert ended[0].done()
+        cache.clear()
 
 
 def test_a_request_that_first_uses_the_cache_settles_its_leases(redis_url: str) -> None:
