@@ -24,7 +24,8 @@ $(STAMP): pyproject.toml
 ## (Django 5.2 LTS, redis-py's own parser) on TEST_WORKERS processes, the behaviour
 ## tests again with a near cache in every instance, then, where Python 3.12+
 ## exists, the Django tests on Django 6 and the near-cache and ACL tests, all
-## with the hiredis parser. The long loads and soaks are make test-soak's.
+## with the hiredis parser (the multi-process and fault-injection ones, marked
+## slow, run on Django 5.2 only). The long loads and soaks are make test-soak's.
 test: $(STAMP)
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup -m "not soak"
 	$(MAKE) test-near-cache
@@ -50,7 +51,7 @@ ifeq ($(PYTHON_DJANGO6),)
 	@echo "test-django6: no Python 3.12+ found; Django 6 not tested here"
 else
 	$(MAKE) $(VENV6)/.installed
-	STAMPEDE_TEST_PARSER=hiredis $(VENV6)/bin/pytest -n $(TEST_WORKERS) -m "not soak" \
+	STAMPEDE_TEST_PARSER=hiredis $(VENV6)/bin/pytest -n $(TEST_WORKERS) -m "not soak and not slow" \
 		tests/django_stampede tests/test_near_cache.py tests/test_acl.py
 endif
 

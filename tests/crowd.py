@@ -8,6 +8,7 @@ Its views call :func:`render`, counted in a file the test names.
 
 from __future__ import annotations
 
+import concurrent.futures
 import http.client
 import os
 import threading
@@ -175,8 +176,9 @@ def group_invalidated_while_read(
     group is invalidated (``how``) from another process's instance; returns
     the answers given once the group was invalidated."""
     paths = [f"/tagged/{number}" for number in range(PAGES)]
-    for path in paths:
-        assert app.server.get(path)[0] == 200, app.output()
+    with concurrent.futures.ThreadPoolExecutor(READERS) as filling:  # as many at once as the server serves
+        statuses = list(filling.map(lambda path: app.server.get(path)[0], paths))
+    assert statuses == [200] * PAGES, app.output()
     assert app.renders() == PAGES
     with (
         stampede.Stampede.from_url(url, namespace=namespace) as elsewhere,
