@@ -99,32 +99,37 @@ async def test_cancelled_waiter_leaves_nothing_behind(
 ) -> None:
     other = stampede.asyncio.Stampede.from_url(redis_url, namespace=namespace)
     started = asyncio.Event()
+    finish = asyncio.Event()  # the holder's rebuild lasts until the waiter is cancelled
 
     async def slow() -> str:
         started.set()
-        await asyncio.sleep(0.5)
+        await finish.wait()
         return "v"
 
-    holder = asyncio.create_task(other.get_or_rebuild("k", slow, ttl=60))
-    await started.wait()
-    waiter = asyncio.create_task(asf.get_or_rebuild("k", slow, ttl=60, wait_timeout=30))
-    channel = KeySpace(namespace)("k").channel
+    try:
+        holder = asyncio.create_task(other.get_or_rebuild("k", slow, ttl=60))
+        await started.wait()
+        waiter = asyncio.create_task(asf.get_or_rebuild("k", slow, ttl=60, wait_timeout=30))
+        channel = KeySpace(namespace)("k").channel
 
-    async def subscribed() -> bool:
-        return bool((await aclient.pubsub_numsub(channel))[0][1])
+        async def subscribed() -> bool:
+            return bool((await aclient.pubsub_numsub(channel))[0][1])
 
-    await eventually(subscribed)
-    waiter.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiter
+        await eventually(subscribed)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
 
-    async def unsubscribed() -> bool:
-        return not await subscribed()
+        async def unsubscribed() -> bool:
+            return not await subscribed()
 
-    await eventually(unsubscribed)
-    assert await holder == "v"
-    assert await asf.get_or_rebuild("k", slow, ttl=60) == "v"
-    await other.aclose()
+        await eventually(unsubscribed)
+        finish.set()
+        assert await holder == "v"
+        assert await asf.get_or_rebuild("k", slow, ttl=60) == "v"
+    finally:
+        finish.set()
+        await other.aclose()
 
 
 async def test_background_refresh_runs_as_a_task(asf: stampede.asyncio.Stampede) -> None:
