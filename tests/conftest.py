@@ -58,14 +58,6 @@ def pytest_configure(config: pytest.Config) -> None:
     configure(url)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Under pytest-xdist (--dist loadgroup), the tests reading the demo's one
-    # run go to one worker: a module-scoped fixture runs once per worker.
-    for item in items:
-        if "demo" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("demo"))
-
-
 def pytest_unconfigure(config: pytest.Config) -> None:
     server = config.stash.get(_SERVER, None)
     if server is not None:

@@ -249,15 +249,23 @@ def test_a_reader_loop_never_goes_back_behind_a_write_that_returned(pair: Any) -
                 time.sleep(0.003)  # now and then, time for reads to be served near between writes
 
     writing = threading.Thread(target=write)
-    writing.start()
-    while writing.is_alive():
-        floor = written[0]
-        began = time.monotonic()
-        value = reader.get_or_rebuild("k", Rebuilds(), ttl=60)
-        floor = due(returned, floor, began)  # within the coherence bound: older allowed
-        if value < floor:
-            old.append((value, floor))
-    writing.join(30)
+    # The reader's loop of near hits holds the GIL until the interpreter
+    # switches threads: at the default 5 ms per switch, with the cores
+    # shared, the writer's 600 round trips took up to a minute.
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(0.0002)
+    try:
+        writing.start()
+        while writing.is_alive():
+            floor = written[0]
+            began = time.monotonic()
+            value = reader.get_or_rebuild("k", Rebuilds(), ttl=60)
+            floor = due(returned, floor, began)  # within the coherence bound: older allowed
+            if value < floor:
+                old.append((value, floor))
+        writing.join(30)
+    finally:
+        sys.setswitchinterval(switch)
     assert old == []
     assert reader._near.counts["hits"] > 0  # the reads did go through the near cache
 

@@ -20,7 +20,9 @@ from typing import Any
 import pytest
 import redis
 
-pytestmark = pytest.mark.slow
+# One worker under pytest-xdist (--dist loadgroup): the tests reading the
+# demo's one run share a session-scoped fixture, which runs once per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("demo")]
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = (sys.executable, "-m", "example_project.demo")
@@ -99,7 +101,7 @@ def _started(
     raise AssertionError(f"the demo ended before serving (code {process.wait()})")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def demo(
     tmp_path_factory: pytest.TempPathFactory, redis_url: str
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
@@ -112,7 +114,7 @@ def demo(
     return result, out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def document(demo: tuple[subprocess.CompletedProcess[str], Path]) -> dict[str, Any]:
     result, out = demo
     assert result.returncode == 0, result.stderr
@@ -120,7 +122,7 @@ def document(demo: tuple[subprocess.CompletedProcess[str], Path]) -> dict[str, A
     return loaded
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def figures(document: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
     return {(s["app"], s["cache"], s["page"]): s for s in document["summaries"]}
 
