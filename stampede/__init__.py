@@ -30,11 +30,13 @@ from ._core.serializers import Serializer as Serializer
 from ._core.serializers import serializer_from as serializer_from
 from ._core.signing import Signer as Signer
 from ._core.signing import signer_from as signer_from
+from ._core.unstored import Unstored as Unstored
 from ._default import configure as configure
 from ._default import default as default
 from ._default import get_or_rebuild as get_or_rebuild
 from ._exceptions import ConfigurationError as ConfigurationError
 from ._exceptions import KeyTypeError as KeyTypeError
+from ._exceptions import RebuildFailedError as RebuildFailedError
 from ._exceptions import RedisUnavailableError as RedisUnavailableError
 from ._exceptions import SerializationError as SerializationError
 from ._exceptions import StampedeError as StampedeError
@@ -84,6 +86,7 @@ __all__ = [
     "Options",
     "PickleSerializer",
     "Read",
+    "RebuildFailedError",
     "RedisUnavailableError",
     "SerializationError",
     "Serializer",
@@ -91,6 +94,7 @@ __all__ = [
     "Stampede",
     "StampedeError",
     "UnknownOptionError",
+    "Unstored",
     "WaitTimeoutError",
     "check_connection_options",
     "configure",

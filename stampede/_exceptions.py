@@ -10,13 +10,16 @@ Every error the library itself raises derives from :class:`StampedeError`::
     │   └── UnknownOptionError an unknown keyword argument or option (also a TypeError)
     ├── SerializationError     the serializer could not encode a value
     ├── RedisUnavailableError  Redis unreachable, timing out or refusing a command
+    ├── RebuildFailedError     a missing key's rebuild raised, elsewhere, moments ago:
+    │                          nobody tries again until its back-off ends
     └── WaitTimeoutError       a missing key was not rebuilt within ``wait_timeout``
                                (also a TimeoutError)
 
 A :class:`ConfigurationError` names the argument or option at fault in its
 message, and as data in its ``field``. Exceptions raised by a rebuild
 function are never wrapped: they reach the caller of ``get_or_rebuild``
-unchanged.
+unchanged (and its process's callers waiting on it); callers elsewhere get
+a :class:`RebuildFailedError` with its text.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 __all__ = [
     "ConfigurationError",
     "KeyTypeError",
+    "RebuildFailedError",
     "RedisUnavailableError",
     "SerializationError",
     "StampedeError",
@@ -80,8 +84,21 @@ class SerializationError(StampedeError):
 class RedisUnavailableError(StampedeError):
     """Redis could not be reached, timed out, or refused a command.
 
-    The driver's original exception is chained as ``__cause__``.
+    The driver's original exception is chained as ``__cause__``. ``code``
+    says which: the server's error code when it answered (``"OOM"``: out of
+    memory, ``"LOADING"``, ``"READONLY"``, ``"BUSY"``, ``"MISCONF"``,
+    ``"MAXCLIENTS"``, ``"MASTERDOWN"``, ``"CLUSTERDOWN"``, ``"TRYAGAIN"``...),
+    ``"TOO_LARGE"`` for a value over the server's ``proto-max-bulk-len``,
+    ``"TIMEOUT"`` or ``"CONNECTION"`` when it did not answer, ``"POOL"`` when
+    this process's connection pool had no connection left, ``None`` when
+    unknown. ``skipped``: the command was not sent, Redis having been found
+    unreachable moments before (its circuit breaker is open).
     """
+
+    def __init__(self, *args: object, code: str | None = None, skipped: bool = False) -> None:
+        super().__init__(*args)
+        self.code = code
+        self.skipped = skipped
 
 
 class WaitTimeoutError(StampedeError, TimeoutError):
@@ -95,3 +112,25 @@ class WaitTimeoutError(StampedeError, TimeoutError):
         )
         self.key = key
         self.wait_timeout = wait_timeout
+
+
+class RebuildFailedError(StampedeError):
+    """The rebuild of a missing key raised in another caller (another process,
+    or this one's earlier call) moments ago, and nobody tries again until
+    its back-off ends: the caller gets the error at once, without a rebuild
+    and without waiting.
+
+    ``key``: the key; ``error``: that rebuild's exception as text
+    (``"OperationalError: could not connect to server"``; the exception
+    itself stayed in its process); ``failures``: how many rebuilds of the
+    key raised in a row; ``retry_in``: seconds until the next may run.
+    """
+
+    def __init__(self, key: str, error: str, *, failures: int, retry_in: float) -> None:
+        super().__init__(
+            f"the rebuild of key {key!r} raised {error}; {failures} in a row, " f"the next in {retry_in:.2f}s"
+        )
+        self.key = key
+        self.error = error
+        self.failures = failures
+        self.retry_in = retry_in

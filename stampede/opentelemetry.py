@@ -20,7 +20,8 @@ secret (guessable keys can be hashed and compared): ``key_hash=False`` leaves
 it out. The rebuild's own spans (its queries) are its siblings, not its
 children: the span is made after the rebuild ran. Rarer events
 (``wait_timeout``, ``lease_lost``, ``commit_rejected``, ``commit_failed``,
-``corrupt``, ``redis_error``, ``fail_open``, ``no_wait``, ``replica_hit``)
+``corrupt``, ``redis_error``, ``fail_open``, ``no_wait``, ``replica_hit``,
+``redis_down``, ``redis_up``, ``write_dropped``)
 are added to the caller's current span as span events ``stampede.<kind>``.
 
 Metrics: the families of :mod:`stampede.prometheus` under the same names
@@ -76,6 +77,9 @@ _SPAN_EVENTS = frozenset(
         EventKind.FAIL_OPEN,
         EventKind.NO_WAIT,
         EventKind.REPLICA_HIT,
+        EventKind.REDIS_DOWN,
+        EventKind.REDIS_UP,
+        EventKind.WRITE_DROPPED,
     }
 )
 

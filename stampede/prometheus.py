@@ -31,6 +31,11 @@ Family                                                  What it counts
                                                         changed in Redis
 ``stampede_near_evictions_total``                       near copies dropped to stay within bounds
 ``stampede_near_flushes_total``                         times every near copy was dropped at once
+``stampede_redis_down_total``                           times Redis was found unreachable and calls
+                                                        began to skip it (circuit breaker opened)
+``stampede_redis_up_total``                             times it answered again after that
+``stampede_writes_dropped_total``                       writes and removals Redis failed under
+                                                        ``fail_open`` (removals are sent again)
 ``stampede_rebuild_duration_seconds`` (histogram)       rebuild run time, 1 ms to 300 s buckets
 ``stampede_wait_duration_seconds`` (histogram)          time waited, 1 ms to 60 s buckets
 ======================================================  ==========================================

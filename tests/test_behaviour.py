@@ -13,7 +13,15 @@ import pytest
 import redis
 from redis.crc import key_slot
 
-from stampede import Event, EventKind, JsonSerializer, PickleSerializer, SerializationError, WaitTimeoutError
+from stampede import (
+    Event,
+    EventKind,
+    JsonSerializer,
+    PickleSerializer,
+    RebuildFailedError,
+    SerializationError,
+    WaitTimeoutError,
+)
 from stampede._core.codec import encode
 from stampede._core.envelope import KIND, SIGNED, header
 from stampede._core.keys import KeySpace
@@ -144,7 +152,7 @@ def test_background_refresh_serves_stale_to_every_caller(make_driver: Any) -> No
     assert rebuild.count == 1
 
 
-def test_rebuild_error_reaches_caller_unchanged_and_frees_the_lease(
+def test_rebuild_error_reaches_caller_unchanged_and_the_lease_records_it(
     make_driver: Any, client: redis.Redis, keys: KeySpace
 ) -> None:
     sf = make_driver()
@@ -156,7 +164,11 @@ def test_rebuild_error_reaches_caller_unchanged_and_frees_the_lease(
     with pytest.raises(LookupError) as caught:
         sf.get_or_rebuild("k", failing, ttl=60)
     assert caught.value is boom
-    assert client.exists(keys("k").lease) == 0
+    # No token holds the lease: a record of the failure, for its back-off.
+    assert client.get(keys("k").lease).startswith(b"!failed:1:")
+    with pytest.raises(RebuildFailedError, match="LookupError: database down"):
+        sf.get_or_rebuild("k", Rebuilds(), ttl=60)
+    sf.delete("k")  # any write ends the back-off
     assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"
 
 

@@ -32,7 +32,7 @@ def test_what_the_framework_adapters_use_is_public() -> None:
 
 def test_every_error_derives_from_stampede_error() -> None:
     errors = [getattr(stampede, name) for name in stampede.__all__ if name.endswith("Error")]
-    assert len(errors) == 7
+    assert len(errors) == 8
     for error in errors:
         assert issubclass(error, stampede.StampedeError)
 

@@ -146,3 +146,42 @@ def test_a_primary_failing_over_is_tried_again_with_backoff_until_it_answers_or_
     with pytest.raises(RedisUnavailableError, match="down"):
         drive(failover.until_primary(Reread(), RedisUnavailableError("first")), down)
     assert clock.monotonic() <= 1.0 + policy.FAILOVER_BACKOFF
+
+
+def test_a_write_refused_by_a_redis_that_is_up_never_fails_a_read() -> None:
+    for code in policy.REFUSED_WRITES:
+        error = RedisUnavailableError("refused", code=code)
+        emitted: list[EventKind] = []
+        fallback = policy.on_redis_failure(
+            "k", error, stale=False, options=Options(), emit=events_into(emitted)
+        )
+        assert fallback is policy.Fallback.ALONE
+        assert policy.on_store_failure("k", error, stale=False, options=Options()) is policy.Fallback.ALONE
+        assert policy.skips_retries(error, Options())
+    down = RedisUnavailableError("down", code="CONNECTION")
+    assert not policy.skips_retries(down, Options())
+    assert policy.skips_retries(down, Options(fail_open=True))
+
+
+@pytest.mark.parametrize(("call", "answer"), sorted(policy.FAILED_OPEN_ANSWERS.items()))
+def test_a_plain_call_redis_failed_answers_as_an_empty_cache_under_fail_open(call: str, answer: Any) -> None:
+    error = RedisUnavailableError("down", code="CONNECTION")
+    with pytest.raises(RedisUnavailableError):
+        policy.on_plain_failure(call, error, Options(), events_into([]))
+    emitted: list[EventKind] = []
+    assert policy.on_plain_failure(call, error, Options(fail_open=True), events_into(emitted)) == answer
+    owing = call in policy.OWING_CALLS
+    assert emitted == [EventKind.WRITE_DROPPED if owing else EventKind.FAIL_OPEN]
+
+
+def test_a_failed_rebuild_backs_off_longer_with_each_failure_in_a_row_up_to_the_longest() -> None:
+    pauses = [policy.failure(RuntimeError("x"), failures, lambda: 0.5) for failures in range(8)]
+    assert [recorded.failures for recorded in pauses if recorded] == list(range(1, 9))
+    backoffs = [recorded.backoff_ms for recorded in pauses if recorded]
+    assert backoffs[0] == round(policy.REBUILD_FIRST_PAUSE * 1000)
+    assert backoffs == sorted(backoffs)
+    assert backoffs[-1] == round(policy.REBUILD_LONGEST_PAUSE * 1000)
+    jittered = [policy.failure(RuntimeError("x"), 0, lambda r=r: r) for r in (0.0, 1.0)]
+    low, high = (recorded.backoff_ms for recorded in jittered if recorded)
+    assert low == round(policy.REBUILD_FIRST_PAUSE * (1 - policy.REBUILD_JITTER) * 1000)
+    assert high == round(policy.REBUILD_FIRST_PAUSE * (1 + policy.REBUILD_JITTER) * 1000)

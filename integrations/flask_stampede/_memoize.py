@@ -10,7 +10,6 @@ from typing import Any, TypeVar
 
 import stampede
 
-from ._responses import Uncacheable
 from ._state import state, tags_of
 
 __all__ = ["memoized"]
@@ -37,9 +36,7 @@ def memoized(
             key_of = key if key is not None else stampede.function_key(func)
 
         def checked(result: Any) -> Any:
-            if result is None and not cache_none:
-                raise Uncacheable(None)
-            return result
+            return stampede.Unstored(None) if result is None and not cache_none else result
 
         if inspect.iscoroutinefunction(func):
 
@@ -54,10 +51,7 @@ def memoized(
                 # Inline refresh only: Flask cancels the tasks of an async
                 # view when it returns, a background task among them.
                 inline = {**overrides, "background": False, "tags": tags_of(tags, args, kwargs)}
-                try:
-                    return await state().async_core().get_or_rebuild(key_of(*args, **kwargs), call, **inline)
-                except Uncacheable as passed:
-                    return passed.result
+                return await state().async_core().get_or_rebuild(key_of(*args, **kwargs), call, **inline)
 
             wrapper: Any = async_wrapper
         else:
@@ -66,15 +60,12 @@ def memoized(
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
                 if unless is not None and unless():
                     return func(*args, **kwargs)
-                try:
-                    return state().core.get_or_rebuild(
-                        key_of(*args, **kwargs),
-                        lambda: checked(func(*args, **kwargs)),
-                        tags=tags_of(tags, args, kwargs),
-                        **overrides,
-                    )
-                except Uncacheable as passed:
-                    return passed.result
+                return state().core.get_or_rebuild(
+                    key_of(*args, **kwargs),
+                    lambda: checked(func(*args, **kwargs)),
+                    tags=tags_of(tags, args, kwargs),
+                    **overrides,
+                )
 
             wrapper = sync_wrapper
         wrapper.key = key_of

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from flask import Response
 
-__all__ = ["Snapshot", "Uncacheable"]
+__all__ = ["Snapshot"]
 
 # Never replayed from a cache: they describe one connection, not the page.
 _NOT_STORED = {"set-cookie", "content-length", "date", "connection", "transfer-encoding", "keep-alive"}
@@ -37,13 +36,3 @@ class Snapshot:
 
     def fresh(self) -> bool:
         return time.time() < self.fresh_until
-
-
-class Uncacheable(Exception):
-    """Raised out of a rebuild whose result must not be stored (an error
-    response, one refused by ``response_filter``, a ``None`` not to cache):
-    the single flight hands it to its callers without storing it."""
-
-    def __init__(self, result: Any) -> None:
-        super().__init__("not to be cached")
-        self.result = result

@@ -13,18 +13,22 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis.exceptions
 
+from .._core import policy
 from .._core.calls import Calls
 from .._core.clock import Clock
 from .._core.codec import envelope_of
 from .._core.envelope import Entry, fresh_until_bytes
+from .._core.events import logger
 from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
+from .._core.owed import Owed, OwedBook
 from .._core.settings import Settings
 from .._core.tags import NAMESPACE, UNTAGGED, Captured
 from .._core.turns import KeyLocks
 from .._core.updates import swapped
 from .._exceptions import ConfigurationError, RedisUnavailableError
+from .._primitives import AsyncLock, AsyncWorker, async_sleep
 from .._protocol import messages
 from .groups import AsyncGroups
 from .reads import AsyncSharedReads
@@ -55,6 +59,10 @@ class AsyncOperations:
     # Bound from the settings: on every hit.
     _keys: KeySpace
     _clock: Clock
+    #: The removals Redis failed under fail_open, sent again until it takes them.
+    _owed: OwedBook
+    _paying: AsyncLock
+    _payer: AsyncWorker[None] | None
 
     async def get(self, key: str | bytes) -> Entry | None:
         """The stored entry of ``key`` (value, freshness, age), or ``None``.
@@ -65,15 +73,20 @@ class AsyncOperations:
         again until a replica is promoted, within ``wait_timeout``.
         """
         keys = self._keys(key)
+        if self._owed.pending:
+            await self._pay_owed()
         try:
-            raw = await self._reads.get(keys.value)
-        except redis.exceptions.RedisError as exc:
-            lookup = self._server.read_failed(keys, exc)
-            if lookup.error is None:
-                return None
-            raws = await self._failed_over([keys], lookup.error, one=True)
-            return self._settings.judge.decode(keys, raws[0])
-        return await self._entry(keys, raw)
+            try:
+                raw = await self._reads.get(keys.value)
+            except redis.exceptions.RedisError as exc:
+                lookup = self._server.read_failed(keys, exc)
+                if lookup.error is None:
+                    return None
+                raws = await self._failed_over([keys], lookup.error, one=True)
+                return self._settings.judge.decode(keys, raws[0])
+            return await self._entry(keys, raw)
+        except RedisUnavailableError as error:
+            return cast(Entry | None, self._failed_open("get", error))
 
     async def _entry(self, keys: Keys, raw: bytes | None) -> Entry | None:
         """The entry ``raw`` holds, judged by tag states read lately (read now if not)."""
@@ -120,18 +133,30 @@ class AsyncOperations:
         if unknown:
             raise unknown_arguments(self.set, unknown)
         options = self._settings.call_options(ttl=ttl, stale_ttl=stale_ttl)
-        tag_ids = self._settings.tag_ids(tags)
-        keys = self._keys(key)
-        captured = await self._groups.capture(tag_ids, options)
-        await self._server.script("write", keys, self._write_args(keys, value, options, captured))
+        await self._store(self._keys(key), value, options, self._settings.tag_ids(tags))
+
+    async def _store(self, keys: Keys, value: Any, options: Options, tag_ids: tuple[bytes, ...]) -> bool:
+        """:meth:`set`; returns whether Redis took it (not, under ``fail_open``)."""
+        try:
+            await self._owed_first()
+            captured = await self._groups.capture(tag_ids, options)
+            await self._server.script("write", keys, self._write_args(keys, value, options, captured))
+        except RedisUnavailableError as error:
+            self._failed_open("set", error, Owed("delete", keys))
+            return False
+        return True
 
     async def delete(self, key: str | bytes) -> bool:
         """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
         in flight. Returns whether there was a value."""
         keys = self._keys(key)
-        return bool(
-            await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
-        )
+        try:
+            await self._owed_first()
+            return bool(
+                await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
+            )
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("delete", error, Owed("delete", keys)))
 
     async def invalidate(self, key: str | bytes) -> bool:
         """Mark ``key`` stale but keep serving it while one caller refreshes it.
@@ -140,9 +165,15 @@ class AsyncOperations:
         invalidated. Returns whether there was a value to mark.
         """
         keys = self._keys(key)
-        return bool(
-            await self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
-        )
+        try:
+            await self._owed_first()
+            return bool(
+                await self._server.script(
+                    "invalidate", keys, messages.invalidate_args(self._options.lapse_ms)
+                )
+            )
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("invalidate", error, Owed("invalidate", keys)))
 
     async def add(
         self,
@@ -161,9 +192,13 @@ class AsyncOperations:
         options = self._settings.call_options(ttl, stale_ttl)
         tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
-        captured = await self._groups.capture(tag_ids, options)
-        args = self._write_args(keys, value, options, captured)
-        return bool(await self._server.script("add", keys, args))
+        try:
+            await self._owed_first()
+            captured = await self._groups.capture(tag_ids, options)
+            args = self._write_args(keys, value, options, captured)
+            return bool(await self._server.script("add", keys, args))
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("add", error))
 
     async def invalidate_tags(self, *tags: str) -> None:
         """Mark every entry carrying any of ``tags`` stale, in every process:
@@ -174,18 +209,25 @@ class AsyncOperations:
         near cache); a rebuild under way that captured a tag before this call
         stores a value that is stale at once.
         """
-        await self._groups.bump(self._settings.tag_ids(tags, "invalidate_tags"), hard=False)
+        await self._bump("invalidate_tags", self._settings.tag_ids(tags, "invalidate_tags"), hard=False)
 
     async def delete_tags(self, *tags: str) -> None:
         """Make every entry carrying any of ``tags`` read as missing, in every
         process: one caller rebuilds each, the others wait, as after
         :meth:`delete`. One command per tag, however many entries carry it."""
-        await self._groups.bump(self._settings.tag_ids(tags, "delete_tags"), hard=True)
+        await self._bump("delete_tags", self._settings.tag_ids(tags, "delete_tags"), hard=True)
 
     async def invalidate_all(self) -> None:
         """:meth:`invalidate_tags` for every entry of this namespace (and no
         other), in one command. :meth:`clear` is the hard one."""
-        await self._groups.bump((NAMESPACE,), hard=False)
+        await self._bump("invalidate_all", (NAMESPACE,), hard=False)
+
+    async def _bump(self, call: str, ids: tuple[bytes, ...], *, hard: bool) -> None:
+        try:
+            await self._owed_first()
+            await self._groups.bump(ids, hard=hard)
+        except RedisUnavailableError as error:
+            self._failed_open(call, error, *(Owed("tags", tag=tag, hard=hard) for tag in ids))
 
     async def touch(
         self,
@@ -200,14 +242,20 @@ class AsyncOperations:
             raise unknown_arguments(self.touch, unknown)
         options = self._settings.call_options(ttl, stale_ttl)
         keys = self._keys(key)
-        if self._settings.codec.signer is not None:
-            return await self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
-        head = await self._server.script(
-            "touch",
-            keys,
-            messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
-        )
-        return bool(head) and not await self._dropped(keys, head)
+        try:
+            await self._owed_first()
+            if self._settings.codec.signer is not None:
+                return (
+                    await self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
+                )
+            head = await self._server.script(
+                "touch",
+                keys,
+                messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
+            )
+            return bool(head) and not await self._dropped(keys, head)
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("touch", error))
 
     async def incr(self, key: str | bytes, delta: int = 1) -> int | None:
         """Add ``delta`` to the integer stored under ``key``, keeping its expiry.
@@ -221,16 +269,20 @@ class AsyncOperations:
         """
         keys = self._keys(key)
         args = messages.incr_args(delta)
-        if self._settings.codec.signer is not None:
-            swapped = await self._swap(
-                keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], "")
-            )
-            return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
-        reply = await self._server.script("incr", keys, args)
-        value = messages.incr_result(keys, reply)
-        if value is not None and await self._dropped(keys, reply[2]):
-            return None
-        return value
+        try:
+            await self._owed_first()
+            if self._settings.codec.signer is not None:
+                swapped = await self._swap(
+                    keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], "")
+                )
+                return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
+            reply = await self._server.script("incr", keys, args)
+            value = messages.incr_result(keys, reply)
+            if value is not None and await self._dropped(keys, reply[2]):
+                return None
+            return value
+        except RedisUnavailableError as error:
+            return cast(int | None, self._failed_open("incr", error))
 
     async def _dropped(self, keys: Keys, head: Any) -> bool:
         """After an in-place ``incr`` or ``touch``: whether the value carries a tag
@@ -259,8 +311,12 @@ class AsyncOperations:
     async def has_key(self, key: str | bytes) -> bool:
         """Whether ``key`` holds a value, fresh or stale."""
         keys = self._keys(key)
-        with self._server.errors(keys.name, "check"):
-            return bool(await self._server.reader().exists(keys.value))
+        try:
+            await self._owed_first()
+            with self._server.errors(keys.name, "check"):
+                return bool(await self._server.reader().exists(keys.value))
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("has_key", error))
 
     async def get_many(self, keys: Iterable[str | bytes]) -> dict[Any, Any]:
         """The values (fresh or stale) of those ``keys`` that have one, in one round trip."""
@@ -268,14 +324,18 @@ class AsyncOperations:
         if not named:
             return {}
         try:
-            raws = await self._server.mget(self._server.reader(), list(named))
+            await self._owed_first()
+            try:
+                raws = await self._server.mget(self._server.reader(), list(named))
+            except RedisUnavailableError as error:
+                raws = await self._failed_over([names for _, names in named.values()], error)
+            found, unknown = self._settings.judge.found_many(named, raws)
+            if unknown:
+                await self._groups.read_lacking(unknown, together=True)
+                found = self._settings.judge.found_many(named, raws, strict=False)[0]
+            return found
         except RedisUnavailableError as error:
-            raws = await self._failed_over([names for _, names in named.values()], error)
-        found, unknown = self._settings.judge.found_many(named, raws)
-        if unknown:
-            await self._groups.read_lacking(unknown, together=True)
-            found = self._settings.judge.found_many(named, raws, strict=False)[0]
-        return found
+            return cast(dict[Any, Any], self._failed_open("get_many", error))
 
     async def set_many(
         self,
@@ -292,7 +352,11 @@ class AsyncOperations:
         calls = [
             (names, self._write_args(names, value, options)) for names, value in self._settings.items(mapping)
         ]
-        await self._server.pipelined("write", calls)
+        try:
+            await self._owed_first()
+            await self._server.pipelined("write", calls)
+        except RedisUnavailableError as error:
+            self._failed_open("set_many", error, *(Owed("delete", names) for names, _ in calls))
 
     async def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
@@ -300,7 +364,13 @@ class AsyncOperations:
             (names, messages.delete_args(names, self._options.lapse_ms))
             for _, names in self._settings.many(keys).values()
         ]
-        return sum(await self._server.pipelined("write", calls))
+        try:
+            await self._owed_first()
+            return sum(await self._server.pipelined("write", calls))
+        except RedisUnavailableError as error:
+            return cast(
+                int, self._failed_open("delete_many", error, *(Owed("delete", names) for names, _ in calls))
+            )
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
@@ -310,6 +380,13 @@ class AsyncOperations:
         """
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}", field="prefix")
+        try:
+            await self._owed_first()
+            return await self._delete_prefix(prefix)
+        except RedisUnavailableError as error:
+            return cast(int, self._failed_open("delete_prefix", error, Owed("prefix", prefix=prefix)))
+
+    async def _delete_prefix(self, prefix: str) -> int:
         under = self._keys.value_prefix(prefix)
         return await self._unlink_matching(self._keys.prefix_patterns(prefix), under, tag_states=False)
 
@@ -320,7 +397,11 @@ class AsyncOperations:
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
         """
-        return await self._unlink_matching((self._keys.pattern,), self._keys.prefix, tag_states=True)
+        try:
+            await self._owed_first()
+            return await self._unlink_matching((self._keys.pattern,), self._keys.prefix, tag_states=True)
+        except RedisUnavailableError as error:
+            return cast(int, self._failed_open("clear", error, Owed("clear")))
 
     async def _unlink_matching(self, patterns: Iterable[bytes], under: bytes, *, tag_states: bool) -> int:
         deleted = 0
@@ -350,3 +431,70 @@ class AsyncOperations:
             calls = [(keys, messages.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
             deleted += sum(await self._server.pipelined("write", calls))
         return deleted
+
+    # --- fail-open, and the removals owed ------------------------------------
+
+    def _failed_open(self, call: str, error: RedisUnavailableError, *owed: Owed) -> Any:
+        """Redis failed ``call``: raise ``error``, or under ``fail_open`` return
+        what the call answers (:func:`~stampede._core.policy.on_plain_failure`),
+        ``owed`` kept to be sent again until Redis takes it."""
+        answer = policy.on_plain_failure(call, error, self._options, self._emit_dropped)
+        if owed and call in policy.OWING_CALLS:
+            self._owed.owe(*owed)
+            if self._near is not None:
+                # This process sees its own removals at once (a tag's: every copy).
+                names = [removal.keys.value for removal in owed if removal.keys is not None]
+                self._near.invalidate(names if len(names) == len(owed) else None)
+            self._pay_later()
+        return answer
+
+    def _emit_dropped(self, kind: Any, **details: Any) -> None:
+        self._settings.emit_named("", kind, **details)
+
+    async def _owed_first(self) -> None:
+        """Before a call reaches Redis: pay what is owed, so that nothing this
+        process removed during an outage is read back after it."""
+        if self._owed.pending:
+            await self._pay_owed()
+
+    async def _pay_owed(self) -> bool:
+        """Send what is owed, oldest first, one caller at a time (the others
+        wait for it); returns whether all of it was taken."""
+        async with self._paying:
+            for removal in self._owed.due():
+                try:
+                    await self._remove(removal)
+                except RedisUnavailableError:
+                    return False  # still owed, in order: tried again later
+                self._owed.paid(removal)
+            return not self._owed.pending
+
+    async def _remove(self, removal: Owed) -> None:
+        keys = removal.keys
+        if removal.kind == "delete" and keys is not None:
+            await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
+        elif removal.kind == "invalidate" and keys is not None:
+            await self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
+        elif removal.kind == "tags":
+            await self._groups.bump((removal.tag,), hard=removal.hard)
+        elif removal.kind == "prefix":
+            await self._delete_prefix(removal.prefix)
+        else:
+            await self._unlink_matching((self._keys.pattern,), self._keys.prefix, tag_states=True)
+
+    def _pay_later(self) -> None:
+        """Have what is owed sent in the background, until Redis takes it all."""
+        payer = self._payer
+        if payer is None or payer.done():
+            try:
+                self._payer = AsyncWorker(self._pay_until_paid, "stampede-owed")
+            except RuntimeError:
+                self._payer = None  # no loop to run it on: the next call pays
+
+    async def _pay_until_paid(self) -> None:
+        # A removal owed just as this ends (after its last look) finds it not
+        # yet done and starts no other: the instance's next call pays it.
+        while self._owed.pending:
+            await async_sleep(max(self._server.breaker.retry_in(), policy.OWED_RETRY))
+            if await self._pay_owed():
+                logger.info("Redis took every removal owed since it failed")

@@ -338,6 +338,8 @@ class AsyncRunner:
                     raw, pttl = await self._server.scripts["probe"](keys=[keys.value, keys.lease])
                     if raw is not None and raw != op.unusable:
                         return Waited(raw)
+                    if pttl == -3:  # the holder's rebuild raised: its lease records it
+                        return Waited(None, failed=True)
                     if pttl == -2:
                         # Freed without a (new) value: released (announced)
                         # or expired. The announcement may still be on its way.

@@ -14,6 +14,7 @@ from typing import Any
 
 import redis.exceptions
 
+from .._core.breaker import Breaker
 from .._core.calls import Calls
 from .._core.events import EventKind, logger
 from .._core.keys import Keys
@@ -22,10 +23,15 @@ from .._core.settings import Settings
 from .._exceptions import RedisUnavailableError, StampedeError
 from .._protocol import scripts as lua
 from .._protocol.clients import Standbys, is_cluster
-from .._protocol.errors import lost_connection, translated
+from .._protocol.errors import Skipped, is_outage, lost_connection, translated
 from .._protocol.nodes import record_sharded, sharded_known
 
 __all__ = ["AsyncServer", "async_ask_sharded"]
+
+#: Values at least this large (bytes) are checked against the server's limit.
+_LARGE = 1 << 20
+#: Redis's default proto-max-bulk-len: what is assumed where it cannot be asked.
+_REDIS_BULK_LIMIT = 512 * 1024 * 1024
 
 
 async def async_ask_sharded(client: Any) -> bool | None:
@@ -70,6 +76,14 @@ class AsyncServer:
         self.fails_over = self.standbys.fail_over
         self._settings = settings
         self._calls = calls
+        #: Whether Redis may be sent commands now. Where a failed primary is
+        #: replaced (a cluster's nodes, a Sentinel's master), callers try it
+        #: again until the failover ends (see policy.Failover), which a
+        #: breaker would hold up; and a replica's answer says nothing of the
+        #: primary: none opens for those, nor with replicas.
+        self.breaker = Breaker(settings.clock, self._breaker_changed)
+        self._trips = not self.fails_over and not replicas
+        self._bulk_limit: int | None = None
         self.scripts = {name: client.register_script(getattr(lua, name.upper())) for name in lua.NAMES}
         # On a cluster whose servers have sharded pub/sub (asked at the first
         # script call), the same scripts publishing on the key's own shard.
@@ -92,8 +106,13 @@ class AsyncServer:
         ``name``: the key concerned, for the message (``""``: several).
         """
         failure: Exception
+        breaker = self.breaker
         try:
+            if breaker.tripped and not breaker.admits():
+                raise Skipped(breaker.error, breaker.retry_in())
             yield
+            if breaker.tripped:
+                breaker.succeeded()
             return
         except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             # RedisClusterException is not a RedisError (a cluster that cannot
@@ -104,9 +123,34 @@ class AsyncServer:
             if lost is None:
                 raise
             failure = lost
+        self.failed(failure)
         self._settings.emit_named(name, EventKind.REDIS_ERROR, error=failure)
         where = f" for key {name!r}" if name else ""
         raise self.translated(failure, f"{action}{where}") from failure
+
+    def failed(self, failure: BaseException) -> None:
+        """Tell the breaker of a command that failed: an outage opens it (not
+        a misconfiguration, such as a refused password, which must be told
+        as one at every call)."""
+        if (
+            self._trips
+            and is_outage(failure)
+            and isinstance(self.translated(failure, ""), RedisUnavailableError)
+        ):
+            self.breaker.failed(failure)
+
+    def _breaker_changed(self, opened: bool, error: BaseException | None) -> None:
+        """Once per change: a log line and an event."""
+        if opened:
+            logger.warning(
+                "Redis is unreachable (%s): calls skip it for a short, growing pause, "
+                "one at a time trying it again, until it answers",
+                error,
+            )
+            self._settings.emit_named("", EventKind.REDIS_DOWN, error=error)
+        else:
+            logger.warning("Redis answers again")
+            self._settings.emit_named("", EventKind.REDIS_UP)
 
     def translated(self, failure: BaseException, doing: str) -> StampedeError:
         """``failure`` as stampede raises it (see :func:`~stampede._protocol.errors.translated`)."""
@@ -121,6 +165,7 @@ class AsyncServer:
             logger.warning("ignoring key %r: it holds a non-string Redis type", keys.name)
             self._settings.emit(keys, EventKind.CORRUPT)
             return Lookup(None)
+        self.failed(exc)
         self._settings.emit(keys, EventKind.REDIS_ERROR, error=exc)
         error = self.translated(exc, f"read key {keys.name!r}")
         if not isinstance(error, RedisUnavailableError):
@@ -133,6 +178,7 @@ class AsyncServer:
     async def script(self, name: str, keys: Keys, args: list[Any]) -> Any:
         """Run the script ``name`` on ``keys``, errors translated."""
         try:
+            await self._check_size(keys, args)
             with self.errors(keys.name, name):
                 if self.sharded is None:
                     await self.ask_sharded()
@@ -140,6 +186,37 @@ class AsyncServer:
         finally:
             if name in lua.WRITES:
                 self._calls.written(keys)
+
+    async def _check_size(self, keys: Keys, args: list[Any]) -> None:
+        """Refuse, without sending it, a value larger than the server takes:
+        it would close the connection, and redis-py would send it again on
+        each of its retries. The server's limit is asked once, at the first
+        large value."""
+        size = max((len(arg) for arg in args if isinstance(arg, bytes)), default=0)
+        if size < _LARGE:
+            return
+        limit = self._bulk_limit
+        if limit is None:
+            limit = self._bulk_limit = await self._ask_bulk_limit()
+        if size > limit:
+            raise RedisUnavailableError(
+                f"Redis takes values of at most {limit} bytes (its proto-max-bulk-len), and the one "
+                f"for key {keys.name!r} takes {size}: not sent. Raise proto-max-bulk-len, or store "
+                "smaller values (max_value_size refuses them before they are sent)",
+                code="TOO_LARGE",
+            )
+
+    async def _ask_bulk_limit(self) -> int:
+        try:
+            reply = await self.client.config_get("proto-max-bulk-len")
+            return int(next(iter(reply.values())))
+        except (
+            redis.exceptions.RedisError,
+            redis.exceptions.RedisClusterException,
+            StopIteration,
+            ValueError,
+        ):
+            return _REDIS_BULK_LIMIT  # not allowed to ask (an ACL, a managed Redis): Redis's default
 
     async def ask_sharded(self) -> None:
         """On a cluster: whether its servers have sharded pub/sub (classic
@@ -154,6 +231,8 @@ class AsyncServer:
         if not calls:
             return []
         try:
+            for names, args in calls:
+                await self._check_size(names, args)
             return await self.on_keys(script, [(names.script_keys, args) for names, args in calls])
         finally:
             if script in lua.WRITES:

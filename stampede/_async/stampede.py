@@ -28,11 +28,12 @@ from .._core.calls import Calls
 from .._core.clock import Clock
 from .._core.codec import NOT_PLAIN
 from .._core.envelope import Entry
-from .._core.events import EventHook
+from .._core.events import EventHook, logger
 from .._core.keys import Keys
 from .._core.near import NOT_HERE
 from .._core.ops import Lookup
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
+from .._core.owed import OwedBook
 from .._core.serializers import Serializer
 from .._core.settings import Settings
 from .._core.tags import TagsUnknown
@@ -164,6 +165,9 @@ class Stampede(AsyncLeases, AsyncOperations):
         self._owns_client = False  # set by from_url(), whose client close() closes
         self._owned: list[Any] = []  # more clients from_url() made (a Sentinel's), closed with it
         self._turns = KeyLocks(AsyncLock)
+        self._owed = OwedBook()
+        self._paying = AsyncLock()
+        self._payer = None
         self._subscriber = async_subscriber_for(client)
         # Hits of the common case, read without events (see Codec.plain_value).
         self._plain_hits = settings.on_event is None
@@ -197,6 +201,9 @@ class Stampede(AsyncLeases, AsyncOperations):
         self._settings.tags.forked()
         self._calls.forked()
         self._turns = KeyLocks(AsyncLock)
+        self._owed.forked()
+        self._paying = AsyncLock()
+        self._payer = None
         self._background.forked()
         self._keeper.forked()
 
@@ -313,6 +320,8 @@ class Stampede(AsyncLeases, AsyncOperations):
                 return near_found.value  # type: ignore[no-any-return]
             if near_found is not None:
                 return cast(T, await self._missed(keys, options, near_found, rebuild, tag_ids))
+        if self._owed.pending:
+            await self._pay_owed()
         try:
             raw = await self._reads.get(keys.value)
         except redis.exceptions.RedisError as exc:
@@ -380,6 +389,8 @@ class Stampede(AsyncLeases, AsyncOperations):
         named = self._settings.many(keys)
         if not named:
             return {}
+        if self._owed.pending:
+            await self._pay_owed()
         steps = get_or_rebuild_many(self._calls, named, options, tag_ids, can_wait=async_can_block())
         return cast(dict[Any, Any], await self._runner.drive(steps, None, options, rebuild_many))
 
@@ -450,6 +461,13 @@ class Stampede(AsyncLeases, AsyncOperations):
         if :meth:`from_url` created it."""
         await self._background.join()
         self._keeper.stop()
+        if self._owed.pending:
+            await self._pay_owed()  # a last try
+        lost = self._owed.abandon()  # which also ends the background payer
+        if lost:
+            logger.warning("closed with %d removal(s) that Redis never took (fail_open)", lost)
+        if self._payer is not None:
+            self._payer.stop(0)
         if self._near is not None:
             self._subscriber.untrack(self._near)
             self._subscriber.untrack(self._settings.tags)

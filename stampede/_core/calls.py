@@ -251,6 +251,10 @@ class Calls:
         clock = self.settings.clock
         flight_key = (keys.value, "read")
         deadline = clock.monotonic() + options.wait_timeout
+        if lookup.entry is None and can_wait:
+            alone = yield from self._rebuilt_alone(keys, deadline)
+            if alone is not None:
+                return alone
         missed = False  # whether this call was reported as a miss
         while True:
             flight, leader = self.flights.join(flight_key)
@@ -296,12 +300,41 @@ class Calls:
         self.flights.finish(flight_key, flight, value=LEASE_TAKEN if read.lease is not None else read)
         if scope is not None and read.lease is not None:
             scope._hold(self.settings.keys.namespace, key, read.lease, owner)
-            if scope.renew:
+            if scope.renew and read.lease._alone is None:
                 yield Keep(read.lease)
         return read
 
+    def _rebuilt_alone(self, keys: Keys, deadline: float) -> Generator[Op, Any, Read | None]:
+        """A caller of this process rebuilds ``keys`` without Redis (it failed,
+        under fail_open: see :meth:`_lease_for`): what it stores, waited for
+        until ``deadline``; ``None`` if there is none, or it stores nothing."""
+        alone_key = (keys.value, "alone")
+        held = self.flights.follow(alone_key)
+        if held is None:
+            return None
+        now = self.settings.clock.monotonic()
+        if held.until <= now:  # its holder never settled it: nobody waits for it any more
+            self.flights.finish(alone_key, held, value=Read(False))
+            return None
+        remaining = min(deadline, held.until) - now
+        if remaining <= 0 or not (yield AwaitFlight(held.done, remaining)):
+            return None
+        shared: Read = held.outcome()
+        return shared if shared.found else None
+
     def _lease_for(self, keys: Keys, options: Options, flow: Flow, paused: Paused) -> Read:
         if paused.token is None:  # no lease to hand out (unfilled, fail-open, or gave up waiting)
+            if flow.failed_open and paused.stale is None:
+                # Redis failed: this caller rebuilds for the callers of its
+                # process that come meanwhile, who wait for its write (one
+                # rebuild per key per process, as get_or_rebuild's).
+                held, leads = self.flights.join((keys.value, "alone"))
+                if leads:
+                    now = self.settings.clock.monotonic()
+                    held.until = now + options.lease_ttl
+                    lease = Lease(keys, "", flow, options, now, None, on_miss=True)
+                    lease._alone = held
+                    return Read(False, None, lease, None)
             return Read(False, unfilled=flow.unfilled)
         lease = Lease(
             keys,
@@ -356,12 +389,23 @@ class Calls:
             raise error
         return flow.committed
 
-    @staticmethod
-    def give_back(lease: Lease, *, unfilled: bool) -> Generator[Op, Any, None]:
+    def give_back(self, lease: Lease, *, unfilled: bool) -> Generator[Op, Any, None]:
         """Free ``lease`` without a value; ``unfilled``: its holder's unit of
         work did not fill the key (marked so, if its reader found it missing)."""
         lease._stop_renewing()
+        if lease._alone is not None:
+            self.settle_alone(lease, None)
+            return
         yield Release(lease.token, unfilled=unfilled and lease._on_miss)
+
+    def settle_alone(self, lease: Lease, value: Any) -> None:
+        """The holder of ``lease``, rebuilt without Redis (see :meth:`_lease_for`),
+        wrote ``value`` (``None``: gave it back): the callers of its process
+        waiting for it are served it (or go on by themselves)."""
+        held, lease._alone = lease._alone, None
+        if held is not None:
+            found = Read(True, value) if value is not None else Read(False)
+            self.flights.finish((lease.keys.value, "alone"), held, value=found)
 
     # --- reads without a lease ------------------------------------------------
 

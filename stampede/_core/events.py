@@ -58,6 +58,15 @@ class EventKind(str, enum.Enum):
     #: every near copy was dropped at once: the invalidation connection was
     #: lost or replaced, or Redis was flushed (``key`` is ``""``)
     NEAR_FLUSH = "near_flush"
+    #: Redis was found unreachable: for a short, growing pause, calls skip it
+    #: (one probe at a time tries it); ``error`` is what failed (``key`` is ``""``)
+    REDIS_DOWN = "redis_down"
+    #: Redis answered again after :attr:`REDIS_DOWN` (``key`` is ``""``)
+    REDIS_UP = "redis_up"
+    #: under ``fail_open``, a write or removal Redis failed was not done; a
+    #: removal (a write's: of the key it would have replaced) is owed to Redis
+    #: and sent again until it takes it
+    WRITE_DROPPED = "write_dropped"
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ is given when something fails is decided in :mod:`~stampede._core.policy`.
 
 from __future__ import annotations
 
+import random
 import secrets
 from collections.abc import Callable, Generator
 from typing import Any
@@ -41,6 +42,7 @@ from .ops import (
 )
 from .options import Options
 from .tags import UNTAGGED
+from .unstored import Unstored
 
 __all__ = ["Flow", "new_token"]
 
@@ -123,7 +125,9 @@ class Flow:
         self.captured = UNTAGGED
         self.committed = False  # set by settle(): whether a rebuilt value was stored
         self.won_at: str | None = None  # the server's clock when this flow won its lease
+        self.failures = 0  # the rebuilds of the key that raised in a row, as its lease said
         self.unfilled = False  # found the key marked as one that reads do not fill
+        self.failed_open = False  # Redis failed: rebuilt without it (fail_open)
         # Its rebuild lost to a newer write (the commit was refused): its value
         # is for its own caller only, who asked before that write.
         self.superseded = False
@@ -148,6 +152,7 @@ class Flow:
                 assert lookup.entry is not None
                 outcome = (lookup.entry.value, None)
             else:
+                self.failed_open = True
                 outcome = yield from self._alone()
         value, error = outcome
         if error is not None:
@@ -204,7 +209,8 @@ class Flow:
         # a newer commit (or a set, delete or invalidate) would overwrite it.
         rebuilt: Rebuilt = yield Rebuild(None)
         self._report(rebuilt)
-        return rebuilt.value, rebuilt.error
+        value = rebuilt.value
+        return (value.value if isinstance(value, Unstored) else value), rebuilt.error
 
     def _refresh(self, entry: Entry) -> Generator[Op, Any, _Outcome]:
         # A stale (or early-refresh) value is in hand: whoever loses the
@@ -257,6 +263,9 @@ class Flow:
             except RedisUnavailableError as exc:
                 pause = yield from failover.pause(exc, pause)
                 continue
+            if acquired.failed is not None:
+                # Its last rebuild raised, moments ago: that error, at once.
+                return None, policy.on_backoff(self.keys.name, acquired)
             if acquired.unfilled:
                 # A key that reads do not fill (nobody wrote it after the last
                 # read that took its lease): a miss at once, for this caller alone.
@@ -325,6 +334,7 @@ class Flow:
             raise
         if acquired.won:
             self.won_at = acquired.won_at
+            self.failures = acquired.failures
         return acquired
 
     def _rebuild_and_commit(self, token: str, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
@@ -355,11 +365,15 @@ class Flow:
         name = self.keys.name
         self._report(rebuilt)
         if rebuilt.error is not None:
-            yield Release(token)
+            # Recorded on the lease: nobody rebuilds it again for a while.
+            yield Release(token, failed=policy.failure(rebuilt.error, self.failures, random.random))
             if policy.on_rebuild_error(name, rebuilt.error, stale=stale is not None):
                 assert stale is not None
                 return stale.value, None
             return None, rebuilt.error
+        if isinstance(rebuilt.value, Unstored):
+            yield Release(token)  # no failure: the next caller rebuilds at once
+            return rebuilt.value.value, None
         try:
             data = self._encode(rebuilt)
         except SerializationError as exc:

@@ -49,7 +49,7 @@ class Lease:
     nothing.
     """
 
-    __slots__ = ("_flow", "_keeper", "_on_miss", "_options", "_started", "_won_at", "keys", "token")
+    __slots__ = ("_alone", "_flow", "_keeper", "_on_miss", "_options", "_started", "_won_at", "keys", "token")
 
     def __init__(
         self,
@@ -69,6 +69,9 @@ class Lease:
         self._won_at = won_at  # the server's clock: what a lapsed commit is fenced by
         self._keeper: Any = None  # what renews it while a LeaseScope holds it, if anything
         self._on_miss = on_miss  # won on a miss (no stale value in hand): its key read as missing
+        #: Not a Redis lease: Redis failed under fail_open, and this holder
+        #: rebuilds for the callers of its process, who wait on this flight.
+        self._alone: Any = None
 
     def _stop_renewing(self) -> None:
         """Whoever settles it now: no keeper renews it any more."""

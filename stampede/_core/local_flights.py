@@ -28,10 +28,12 @@ E = TypeVar("E", bound=_Settable)
 class LocalFlight(Generic[E]):
     """One leader's work on one key, and its outcome once ``done`` is set."""
 
-    __slots__ = ("_traceback", "done", "error", "followers", "overtaken", "superseded", "value")
+    __slots__ = ("_traceback", "done", "error", "followers", "overtaken", "superseded", "until", "value")
 
     def __init__(self, done: E) -> None:
         self.done = done
+        #: When a flight whose leader may never finish it is given up (monotonic).
+        self.until = float("inf")
         self.followers = 0  # callers that joined it rather than go to Redis
         self.value: Any = None
         self.error: BaseException | None = None
@@ -96,6 +98,14 @@ class LocalFlights(Generic[E]):
         flight.superseded = superseded
         flight._traceback = error.__traceback__ if error is not None else None
         flight.done.set()
+
+    def follow(self, key: Hashable) -> LocalFlight[E] | None:
+        """The flight for ``key``, joined, if one is under way; never a new one."""
+        with self._lock:
+            flight = self._flights.get(key)
+            if flight is not None:
+                flight.followers += 1
+            return flight
 
     def overtake(self, *keys: Hashable) -> None:
         """This process wrote to the flights of ``keys``, if any are under way."""

@@ -102,6 +102,21 @@ MEASURES: dict[EventKind, Measure] = {
             "Reads of a missing key that reads do not fill: a miss at once, without a lease",
         )
     ),
+    EventKind.REDIS_DOWN: Measure(
+        Family(
+            "stampede_redis_down",
+            "Times Redis was found unreachable and calls began to skip it (the circuit breaker opened)",
+        )
+    ),
+    EventKind.REDIS_UP: Measure(
+        Family("stampede_redis_up", "Times Redis answered again after it was found unreachable")
+    ),
+    EventKind.WRITE_DROPPED: Measure(
+        Family(
+            "stampede_writes_dropped",
+            "Writes and removals Redis failed under fail_open (removals are owed and sent again)",
+        )
+    ),
 }
 
 #: Bucket upper bounds (seconds) of each histogram: rebuilds from a

@@ -72,7 +72,10 @@ class Acquired:
     lease, and ``won_at`` the server's clock then (text); ``lease_pttl`` the
     holder's remaining milliseconds when lost; ``unfilled``: not won, the key
     being missing and marked as one that reads do not fill (see
-    :attr:`Acquire.reads`).
+    :attr:`Acquire.reads`). ``failed``: not won, the last rebuild having
+    raised this error (as text) so recently that nobody tries again before
+    ``lease_pttl`` ms; ``failures``: how many rebuilds in a row raised (won
+    or not).
     """
 
     won: bool
@@ -80,6 +83,8 @@ class Acquired:
     lease_pttl: int = -2
     won_at: str | None = None
     unfilled: bool = False
+    failed: str | None = None
+    failures: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +167,21 @@ class Release:
     #: the key: mark the key as one that reads do not fill, for
     #: ``unfilled_ttl`` (reads of it then miss at once, leaseless).
     unfilled: bool = False
+    #: The rebuild under the lease raised: nobody tries again for a while
+    #: (see :func:`~stampede._core.policy.on_rebuild_error`).
+    failed: Failure | None = None
+
+
+class Failure(NamedTuple):
+    """A rebuild that raised, as its lease records it for every process: the
+    ``failures`` in a row (this one included), the back-off before anyone
+    tries again and how long the count is kept after it (ms), and the
+    ``error`` as text."""
+
+    failures: int
+    backoff_ms: int
+    keep_ms: int
+    error: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +204,9 @@ class Waited(NamedTuple):
 
     raw: bytes | None = None
     released: bool = False
+    #: The holder's rebuild raised (its lease records it): try the lease again
+    #: to be told the error.
+    failed: bool = False
 
 
 #: What the release of a lease without a value announces on the channel.

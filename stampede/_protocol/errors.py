@@ -5,6 +5,7 @@ command told from a bug."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import redis.exceptions
@@ -12,7 +13,26 @@ import redis.exceptions
 from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeError
 from .clients import sentinel_failure
 
-__all__ = ["lost_connection", "misconfiguration", "server_words", "translated"]
+__all__ = [
+    "Skipped",
+    "error_code",
+    "is_outage",
+    "lost_connection",
+    "misconfiguration",
+    "server_words",
+    "translated",
+]
+
+
+class Skipped(redis.exceptions.ConnectionError):
+    """A command not sent: the server was found unreachable moments ago (its
+    circuit breaker is open). Raised where redis-py's own would be, so that it
+    is translated and handled as they are."""
+
+    def __init__(self, cause: BaseException | None, retry_in: float) -> None:
+        why = f" ({server_words(cause)})" if cause is not None else ""
+        super().__init__(f"not sent: Redis was unreachable moments ago{why}; next try in {retry_in:.2f}s")
+        self.cause = cause
 
 
 #: The error codes redis-py takes off the replies it turns into these classes.
@@ -28,6 +48,54 @@ _ERROR_CODES = {
     redis.exceptions.OutOfMemoryError: "OOM",
     redis.exceptions.NoScriptError: "NOSCRIPT",
 }
+
+
+#: Words of errors that carry no code of their own, and the code they mean.
+_WORDED_CODES = (
+    ("max number of clients", "MAXCLIENTS"),
+    ("invalid bulk length", "TOO_LARGE"),
+)
+
+
+def error_code(exc: BaseException) -> str | None:
+    """What kind of failure ``exc`` is, as :attr:`RedisUnavailableError.code`
+    says: the server's error code if it answered (found in a script's error
+    too: ``-OOM command not allowed...``), ``"TIMEOUT"`` or ``"CONNECTION"``
+    if it did not."""
+    if isinstance(exc, Skipped):
+        return error_code(exc.cause) if exc.cause is not None else "CONNECTION"
+    if isinstance(exc, redis.exceptions.MaxConnectionsError):
+        return "POOL"
+    words = server_words(exc)
+    for sign, code in _WORDED_CODES:
+        if sign in words:
+            return code
+    first = words.split(" ", 1)[0].lstrip("-")
+    if first.isupper() and first.isalpha() and first not in ("ERR", "WRONGTYPE"):
+        return first
+    script_error = re.search(r"-([A-Z]{3,}) ", words)
+    if script_error and script_error.group(1) != "ERR":
+        return script_error.group(1)
+    if isinstance(exc, redis.exceptions.TimeoutError) or "Timeout" in type(exc).__name__:
+        return "TIMEOUT"
+    if isinstance(exc, (redis.exceptions.ConnectionError, OSError)):
+        return "CONNECTION"
+    return None
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server cannot be reached now (refused, reset,
+    timed out, still loading its data), so that the next call would fail too:
+    what opens a circuit breaker. A refusal the server answered (``OOM``,
+    ``READONLY``, ``BUSY``...) is not one, nor this process's own pool
+    running out of connections."""
+    if isinstance(exc, (Skipped, redis.exceptions.MaxConnectionsError)):
+        return False
+    if isinstance(exc, redis.exceptions.BusyLoadingError):
+        return True
+    if not isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+        return False
+    return error_code(exc) in ("TIMEOUT", "CONNECTION")
 
 
 def server_words(exc: BaseException) -> str:
@@ -77,6 +145,11 @@ def misconfiguration(exc: BaseException, *, cluster: bool, namespace: str) -> st
             "keys and channels of namespace "
             f"{namespace!r} (~{namespace}:{{* &{namespace}:{{* &stampede:anchor:*)"
         )
+    if "DB index is out of range" in words or words == "Invalid Database":
+        return (
+            "the server has no such database: use a database number below its databases "
+            "setting (16 by default) in the URL (redis://host:6379/0) or the client's db="
+        )
     if not cluster and (isinstance(exc, redis.exceptions.AskError) or words.startswith(("MOVED ", "ASK "))):
         return (
             "this node is part of a Redis Cluster: use redis+cluster://host:port (or cluster=True), "
@@ -116,7 +189,8 @@ def translated(
     fix = misconfiguration(failure, cluster=cluster, namespace=namespace)
     if fix is not None:
         return ConfigurationError(f"Redis refused to {doing} ({words}): {fix}")
+    code, skipped = error_code(failure), isinstance(failure, Skipped)
     sentinels = sentinel_failure(client, failure)
     if sentinels is not None:
-        return RedisUnavailableError(f"Redis failed to {doing}: {sentinels}")
-    return RedisUnavailableError(f"Redis failed to {doing}: {words}")
+        return RedisUnavailableError(f"Redis failed to {doing}: {sentinels}", code=code, skipped=skipped)
+    return RedisUnavailableError(f"Redis failed to {doing}: {words}", code=code, skipped=skipped)

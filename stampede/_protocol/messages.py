@@ -40,11 +40,21 @@ def acquire_args(token: str, options: Options, reads: bool) -> list[Any]:
 
 
 def acquired(reply: Any) -> Acquired:
-    """ACQUIRE's reply: ``{1, current, won_at}`` won, ``{0, pttl}`` held by
-    another, ``{2, pttl}`` marked as a key that reads do not fill."""
+    """ACQUIRE's reply: ``{1, current, won_at, failures}`` won, ``{0, pttl}``
+    held by another, ``{2, pttl}`` marked as a key that reads do not fill,
+    ``{3, retry_in_ms, error, failures}`` the last rebuild raised."""
     if reply[0] == 1:
         won_at = reply[2]
-        return Acquired(True, reply[1], won_at=won_at.decode() if isinstance(won_at, bytes) else won_at)
+        return Acquired(
+            True,
+            reply[1],
+            won_at=won_at.decode() if isinstance(won_at, bytes) else won_at,
+            failures=int(reply[3]) if len(reply) > 3 else 0,
+        )
+    if reply[0] == 3:
+        error = reply[2]
+        text = error.decode(errors="replace") if isinstance(error, bytes) else str(error)
+        return Acquired(False, lease_pttl=int(reply[1]), failed=text, failures=int(reply[3]))
     return Acquired(False, lease_pttl=int(reply[1]), unfilled=reply[0] == 2)
 
 
@@ -70,7 +80,11 @@ def release_args(release: Release, keys: Keys, options: Options) -> list[Any]:
     """RELEASE's: what the waiters are told, and for how long to mark the key
     as one that reads do not fill (0: not at all)."""
     unfilled_ms = options.unfilled_ms if release.unfilled else 0
-    return [release.token, keys.channel, CANCELLED if release.retake else RELEASED, unfilled_ms]
+    args = [release.token, keys.channel, CANCELLED if release.retake else RELEASED, unfilled_ms]
+    failed = release.failed
+    if failed is not None:
+        args += [failed.failures, failed.backoff_ms, failed.keep_ms, failed.error]
+    return args
 
 
 # --- writes -------------------------------------------------------------------

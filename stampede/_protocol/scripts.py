@@ -28,6 +28,7 @@ __all__ = [
     "CAPTURE",
     "COMMIT",
     "EXTEND",
+    "FAILED",
     "INCR",
     "INVALIDATE",
     "NAMES",
@@ -57,8 +58,27 @@ WRITES = frozenset({"add", "commit", "incr", "invalidate", "swap", "touch", "wri
 #: A token is 32 hex digits, so it can never look like this.
 UNFILLED = "!unfilled"
 
+#: What a lease key holds, for a while, after a rebuild under the lease
+#: raised: ``!failed:<failures>:<retry_at_ms>:<error>``: the consecutive
+#: failures, the server time (ms) before which nobody tries again, and the
+#: error as text. Until then, callers with nothing in hand get that error at
+#: once and the others serve their stale value; after it, the next lease
+#: taken carries the count on (the back-off grows). A token cannot look so.
+FAILED = "!failed:"
+
 _UNFILLED = f"""
 local UNFILLED = '{UNFILLED}'
+local FAILED = '{FAILED}'
+local function failed_record(held)
+  if type(held) ~= 'string' or string.sub(held, 1, {len(FAILED)}) ~= FAILED then return nil end
+  local failures, retry_at, reason = string.match(held, '^!failed:(%d+):(%d+):(.*)$')
+  if not failures then return nil end
+  return tonumber(failures), tonumber(retry_at), reason
+end
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 """
 
 # The server's clock, in seconds: what orders writes from different hosts.
@@ -162,8 +182,18 @@ if held == UNFILLED then
   redis.call('DEL', KEYS[2])
   held = false
 end
+local failures = 0
+local failed, retry_at, reason = failed_record(held)
+if failed then
+  local now = now_ms()
+  -- A read (its caller rebuilds by itself) is not held back by another's failure.
+  if ARGV[3] ~= 'r' and now < retry_at then return {3, retry_at - now, reason, failed} end
+  redis.call('DEL', KEYS[2])
+  held = false
+  failures = failed
+end
 if held == ARGV[1] or redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, read_value(), server_now_text()}
+  return {1, read_value(), server_now_text(), failures}
 end
 return {0, redis.call('PTTL', KEYS[2])}
 """
@@ -224,13 +254,20 @@ return 1
 # value) or '2' (ARGV[3]: a value was rebuilt but not stored; compete for the
 # lease). With ARGV[4] ms (not '0'), the lease of a read that found the key
 # missing, whose unit of work ended without writing it: the key is marked
-# UNFILLED for that long instead. ARGV: token, channel, announcement,
-# unfilled_ms. -> 1 released, 0 not ours.
+# UNFILLED for that long instead. With ARGV[5] (failures, not ''), the
+# rebuild raised: the lease key holds a FAILED record until ARGV[6] ms from
+# now have passed, kept ARGV[7] ms more (the count's memory), with ARGV[8]
+# (the error as text). ARGV: token, channel, announcement, unfilled_ms,
+# failures, back-off ms, keep ms, error. -> 1 released, 0 not ours.
 RELEASE = (
     _UNFILLED
     + """
 if redis.call('GET', KEYS[2]) == ARGV[1] then
-  if ARGV[4] and ARGV[4] ~= '0' then
+  if ARGV[5] and ARGV[5] ~= '' then
+    local retry_at = now_ms() + tonumber(ARGV[6])
+    local record = FAILED .. ARGV[5] .. ':' .. retry_at .. ':' .. ARGV[8]
+    redis.call('SET', KEYS[2], record, 'PX', tonumber(ARGV[6]) + tonumber(ARGV[7]))
+  elseif ARGV[4] and ARGV[4] ~= '0' then
     redis.call('SET', KEYS[2], UNFILLED, 'PX', ARGV[4])
   else
     redis.call('DEL', KEYS[2])
@@ -251,14 +288,16 @@ return 0
 """
 
 # What a waiter checks: -> {value-or-nil, lease pttl (-2: no lease, nor
-# anything but an UNFILLED mark)}.
+# anything but an UNFILLED mark; -3: a FAILED record: the rebuild raised)}.
 # Reading the lease (GET, not only PTTL) marks it used: under an LRU
 # maxmemory policy a lease that many wait on is not the first key evicted.
 PROBE = (
     _READ_VALUE
     + _UNFILLED
     + """
-if redis.call('GET', KEYS[2]) == UNFILLED then return {read_value(), -2} end
+local held = redis.call('GET', KEYS[2])
+if held == UNFILLED then return {read_value(), -2} end
+if failed_record(held) then return {read_value(), -3} end
 return {read_value(), redis.call('PTTL', KEYS[2])}
 """
 )

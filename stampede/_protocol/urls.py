@@ -29,8 +29,11 @@ from urllib.parse import unquote
 import redis
 import redis.asyncio
 import redis.asyncio.cluster
+import redis.asyncio.retry
 import redis.asyncio.sentinel
+import redis.backoff
 import redis.cluster
+import redis.retry
 import redis.sentinel
 
 from .._core.options import Options
@@ -222,7 +225,12 @@ def _connect(target: Target, asynchronous: bool, options: dict[str, Any]) -> tup
     server, cluster_class, sentinel_class = _CLASSES[asynchronous]
     if target.kind == "sentinel":
         timeouts = {k: v for k, v in options.items() if k in ("socket_timeout", "socket_connect_timeout")}
-        sentinel = sentinel_class(list(target.sentinels), **timeouts)
+        # Asked one after the other, the Sentinels are tried once each: redis-py's
+        # default retries (ten, backing off up to a second) made a call with
+        # every Sentinel down take about 15 s before it could fail.
+        retry_class = redis.asyncio.retry.Retry if asynchronous else redis.retry.Retry
+        sentinel_kwargs = {**timeouts, "retry": retry_class(redis.backoff.NoBackoff(), 0)}
+        sentinel = sentinel_class(list(target.sentinels), sentinel_kwargs=sentinel_kwargs, **timeouts)
         # The URL's database, scheme and credentials win over keywords, as in redis-py's from_url.
         settings = {**options, "db": target.db, "ssl": target.ssl}
         if target.username is not None:

@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._core.calls import Calls
 from .._core.envelope import Entry
-from .._core.keys import KeySpace
+from .._core.keys import Keys, KeySpace
 from .._core.lease import Lease, Read
 from .._core.near import NOT_HERE, NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
+from .._core.owed import OwedBook
 from .._core.scope import LeaseScope
 from .._core.settings import Settings
 from .._exceptions import ConfigurationError
@@ -49,6 +50,16 @@ class Leases:
     _keys: KeySpace
     _options: Options
     _call_options: Callable[..., Options]
+    #: The removals owed to Redis (see Operations), sent before a read.
+    _owed: OwedBook
+
+    if TYPE_CHECKING:
+
+        def _pay_owed(self) -> bool: ...  # Operations'
+
+        def _store(
+            self, keys: Keys, value: Any, options: Options, tag_ids: tuple[bytes, ...]
+        ) -> bool: ...  # Operations'
 
     def read(
         self,
@@ -105,6 +116,8 @@ class Leases:
             early = self._runner.drive(steps, keys, options, None)
             if early is not None:
                 return cast(Read, early)
+        if self._owed.pending:
+            self._pay_owed()
         lookup = self._lookups.first(keys, options, key)
         if isinstance(lookup, Entry):
             return Read(True, lookup.value)
@@ -141,6 +154,13 @@ class Leases:
         options = calls.settle_options(lease, ttl, stale_ttl)
         lease._stop_renewing()
         tag_ids = None if tags is None else self._settings.tag_ids(tags)
+        if lease._alone is not None:
+            # Rebuilt without Redis (it failed, under fail_open): stored as a
+            # set, if Redis takes it now, and served to the callers of this
+            # process that waited for it.
+            stored = self._store(lease.keys, value, options, tag_ids or lease._flow.tags)
+            calls.settle_alone(lease, value)
+            return stored
         steps = calls.commit(lease, rebuilt, tag_ids, store_if_lapsed=store_if_lapsed)
         return cast(bool, self._runner.drive(steps, lease.keys, options, None))
 

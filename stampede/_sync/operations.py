@@ -14,18 +14,22 @@ from typing import TYPE_CHECKING, Any, cast
 
 import redis.exceptions
 
+from .._core import policy
 from .._core.calls import Calls
 from .._core.clock import Clock
 from .._core.codec import envelope_of
 from .._core.envelope import Entry, fresh_until_bytes
+from .._core.events import logger
 from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
+from .._core.owed import Owed, OwedBook
 from .._core.settings import Settings
 from .._core.tags import NAMESPACE, UNTAGGED, Captured
 from .._core.turns import KeyLocks
 from .._core.updates import swapped
 from .._exceptions import ConfigurationError, RedisUnavailableError
+from .._primitives import Lock, Worker, sleep
 from .._protocol import messages
 from .groups import Groups
 from .reads import SharedReads
@@ -56,6 +60,10 @@ class Operations:
     # Bound from the settings: on every hit.
     _keys: KeySpace
     _clock: Clock
+    #: The removals Redis failed under fail_open, sent again until it takes them.
+    _owed: OwedBook
+    _paying: Lock
+    _payer: Worker[None] | None
 
     def get(self, key: str | bytes) -> Entry | None:
         """The stored entry of ``key`` (value, freshness, age), or ``None``.
@@ -66,15 +74,20 @@ class Operations:
         again until a replica is promoted, within ``wait_timeout``.
         """
         keys = self._keys(key)
+        if self._owed.pending:
+            self._pay_owed()
         try:
-            raw = self._reads.get(keys.value)
-        except redis.exceptions.RedisError as exc:
-            lookup = self._server.read_failed(keys, exc)
-            if lookup.error is None:
-                return None
-            raws = self._failed_over([keys], lookup.error, one=True)
-            return self._settings.judge.decode(keys, raws[0])
-        return self._entry(keys, raw)
+            try:
+                raw = self._reads.get(keys.value)
+            except redis.exceptions.RedisError as exc:
+                lookup = self._server.read_failed(keys, exc)
+                if lookup.error is None:
+                    return None
+                raws = self._failed_over([keys], lookup.error, one=True)
+                return self._settings.judge.decode(keys, raws[0])
+            return self._entry(keys, raw)
+        except RedisUnavailableError as error:
+            return cast(Entry | None, self._failed_open("get", error))
 
     def _entry(self, keys: Keys, raw: bytes | None) -> Entry | None:
         """The entry ``raw`` holds, judged by tag states read lately (read now if not)."""
@@ -121,16 +134,30 @@ class Operations:
         if unknown:
             raise unknown_arguments(self.set, unknown)
         options = self._settings.call_options(ttl=ttl, stale_ttl=stale_ttl)
-        tag_ids = self._settings.tag_ids(tags)
-        keys = self._keys(key)
-        captured = self._groups.capture(tag_ids, options)
-        self._server.script("write", keys, self._write_args(keys, value, options, captured))
+        self._store(self._keys(key), value, options, self._settings.tag_ids(tags))
+
+    def _store(self, keys: Keys, value: Any, options: Options, tag_ids: tuple[bytes, ...]) -> bool:
+        """:meth:`set`; returns whether Redis took it (not, under ``fail_open``)."""
+        try:
+            self._owed_first()
+            captured = self._groups.capture(tag_ids, options)
+            self._server.script("write", keys, self._write_args(keys, value, options, captured))
+        except RedisUnavailableError as error:
+            self._failed_open("set", error, Owed("delete", keys))
+            return False
+        return True
 
     def delete(self, key: str | bytes) -> bool:
         """Remove ``key`` at once; the next read rebuilds it. Cancels any rebuild
         in flight. Returns whether there was a value."""
         keys = self._keys(key)
-        return bool(self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms)))
+        try:
+            self._owed_first()
+            return bool(
+                self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
+            )
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("delete", error, Owed("delete", keys)))
 
     def invalidate(self, key: str | bytes) -> bool:
         """Mark ``key`` stale but keep serving it while one caller refreshes it.
@@ -139,7 +166,13 @@ class Operations:
         invalidated. Returns whether there was a value to mark.
         """
         keys = self._keys(key)
-        return bool(self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms)))
+        try:
+            self._owed_first()
+            return bool(
+                self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
+            )
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("invalidate", error, Owed("invalidate", keys)))
 
     def add(
         self,
@@ -158,9 +191,13 @@ class Operations:
         options = self._settings.call_options(ttl, stale_ttl)
         tag_ids = self._settings.tag_ids(tags)
         keys = self._keys(key)
-        captured = self._groups.capture(tag_ids, options)
-        args = self._write_args(keys, value, options, captured)
-        return bool(self._server.script("add", keys, args))
+        try:
+            self._owed_first()
+            captured = self._groups.capture(tag_ids, options)
+            args = self._write_args(keys, value, options, captured)
+            return bool(self._server.script("add", keys, args))
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("add", error))
 
     def invalidate_tags(self, *tags: str) -> None:
         """Mark every entry carrying any of ``tags`` stale, in every process:
@@ -171,18 +208,25 @@ class Operations:
         near cache); a rebuild under way that captured a tag before this call
         stores a value that is stale at once.
         """
-        self._groups.bump(self._settings.tag_ids(tags, "invalidate_tags"), hard=False)
+        self._bump("invalidate_tags", self._settings.tag_ids(tags, "invalidate_tags"), hard=False)
 
     def delete_tags(self, *tags: str) -> None:
         """Make every entry carrying any of ``tags`` read as missing, in every
         process: one caller rebuilds each, the others wait, as after
         :meth:`delete`. One command per tag, however many entries carry it."""
-        self._groups.bump(self._settings.tag_ids(tags, "delete_tags"), hard=True)
+        self._bump("delete_tags", self._settings.tag_ids(tags, "delete_tags"), hard=True)
 
     def invalidate_all(self) -> None:
         """:meth:`invalidate_tags` for every entry of this namespace (and no
         other), in one command. :meth:`clear` is the hard one."""
-        self._groups.bump((NAMESPACE,), hard=False)
+        self._bump("invalidate_all", (NAMESPACE,), hard=False)
+
+    def _bump(self, call: str, ids: tuple[bytes, ...], *, hard: bool) -> None:
+        try:
+            self._owed_first()
+            self._groups.bump(ids, hard=hard)
+        except RedisUnavailableError as error:
+            self._failed_open(call, error, *(Owed("tags", tag=tag, hard=hard) for tag in ids))
 
     def touch(
         self,
@@ -197,14 +241,18 @@ class Operations:
             raise unknown_arguments(self.touch, unknown)
         options = self._settings.call_options(ttl, stale_ttl)
         keys = self._keys(key)
-        if self._settings.codec.signer is not None:
-            return self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
-        head = self._server.script(
-            "touch",
-            keys,
-            messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
-        )
-        return bool(head) and not self._dropped(keys, head)
+        try:
+            self._owed_first()
+            if self._settings.codec.signer is not None:
+                return self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
+            head = self._server.script(
+                "touch",
+                keys,
+                messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
+            )
+            return bool(head) and not self._dropped(keys, head)
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("touch", error))
 
     def incr(self, key: str | bytes, delta: int = 1) -> int | None:
         """Add ``delta`` to the integer stored under ``key``, keeping its expiry.
@@ -218,14 +266,18 @@ class Operations:
         """
         keys = self._keys(key)
         args = messages.incr_args(delta)
-        if self._settings.codec.signer is not None:
-            swapped = self._swap(keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], ""))
-            return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
-        reply = self._server.script("incr", keys, args)
-        value = messages.incr_result(keys, reply)
-        if value is not None and self._dropped(keys, reply[2]):
-            return None
-        return value
+        try:
+            self._owed_first()
+            if self._settings.codec.signer is not None:
+                swapped = self._swap(keys, lambda raw: (self._settings.incremented(keys, raw, delta)[0], ""))
+                return None if swapped is None else self._settings.incremented(keys, swapped, delta)[1]
+            reply = self._server.script("incr", keys, args)
+            value = messages.incr_result(keys, reply)
+            if value is not None and self._dropped(keys, reply[2]):
+                return None
+            return value
+        except RedisUnavailableError as error:
+            return cast(int | None, self._failed_open("incr", error))
 
     def _dropped(self, keys: Keys, head: Any) -> bool:
         """After an in-place ``incr`` or ``touch``: whether the value carries a tag
@@ -254,8 +306,12 @@ class Operations:
     def has_key(self, key: str | bytes) -> bool:
         """Whether ``key`` holds a value, fresh or stale."""
         keys = self._keys(key)
-        with self._server.errors(keys.name, "check"):
-            return bool(self._server.reader().exists(keys.value))
+        try:
+            self._owed_first()
+            with self._server.errors(keys.name, "check"):
+                return bool(self._server.reader().exists(keys.value))
+        except RedisUnavailableError as error:
+            return cast(bool, self._failed_open("has_key", error))
 
     def get_many(self, keys: Iterable[str | bytes]) -> dict[Any, Any]:
         """The values (fresh or stale) of those ``keys`` that have one, in one round trip."""
@@ -263,14 +319,18 @@ class Operations:
         if not named:
             return {}
         try:
-            raws = self._server.mget(self._server.reader(), list(named))
+            self._owed_first()
+            try:
+                raws = self._server.mget(self._server.reader(), list(named))
+            except RedisUnavailableError as error:
+                raws = self._failed_over([names for _, names in named.values()], error)
+            found, unknown = self._settings.judge.found_many(named, raws)
+            if unknown:
+                self._groups.read_lacking(unknown, together=True)
+                found = self._settings.judge.found_many(named, raws, strict=False)[0]
+            return found
         except RedisUnavailableError as error:
-            raws = self._failed_over([names for _, names in named.values()], error)
-        found, unknown = self._settings.judge.found_many(named, raws)
-        if unknown:
-            self._groups.read_lacking(unknown, together=True)
-            found = self._settings.judge.found_many(named, raws, strict=False)[0]
-        return found
+            return cast(dict[Any, Any], self._failed_open("get_many", error))
 
     def set_many(
         self,
@@ -287,7 +347,11 @@ class Operations:
         calls = [
             (names, self._write_args(names, value, options)) for names, value in self._settings.items(mapping)
         ]
-        self._server.pipelined("write", calls)
+        try:
+            self._owed_first()
+            self._server.pipelined("write", calls)
+        except RedisUnavailableError as error:
+            self._failed_open("set_many", error, *(Owed("delete", names) for names, _ in calls))
 
     def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
@@ -295,7 +359,13 @@ class Operations:
             (names, messages.delete_args(names, self._options.lapse_ms))
             for _, names in self._settings.many(keys).values()
         ]
-        return sum(self._server.pipelined("write", calls))
+        try:
+            self._owed_first()
+            return sum(self._server.pipelined("write", calls))
+        except RedisUnavailableError as error:
+            return cast(
+                int, self._failed_open("delete_many", error, *(Owed("delete", names) for names, _ in calls))
+            )
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
@@ -305,6 +375,13 @@ class Operations:
         """
         if not isinstance(prefix, str) or not prefix:
             raise ConfigurationError(f"prefix must be a non-empty str, got {prefix!r}", field="prefix")
+        try:
+            self._owed_first()
+            return self._delete_prefix(prefix)
+        except RedisUnavailableError as error:
+            return cast(int, self._failed_open("delete_prefix", error, Owed("prefix", prefix=prefix)))
+
+    def _delete_prefix(self, prefix: str) -> int:
         under = self._keys.value_prefix(prefix)
         return self._unlink_matching(self._keys.prefix_patterns(prefix), under, tag_states=False)
 
@@ -315,7 +392,11 @@ class Operations:
         Walks the keyspace with ``SCAN``: cost grows with the database, not
         with the namespace.
         """
-        return self._unlink_matching((self._keys.pattern,), self._keys.prefix, tag_states=True)
+        try:
+            self._owed_first()
+            return self._unlink_matching((self._keys.pattern,), self._keys.prefix, tag_states=True)
+        except RedisUnavailableError as error:
+            return cast(int, self._failed_open("clear", error, Owed("clear")))
 
     def _unlink_matching(self, patterns: Iterable[bytes], under: bytes, *, tag_states: bool) -> int:
         deleted = 0
@@ -345,3 +426,70 @@ class Operations:
             calls = [(keys, messages.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
             deleted += sum(self._server.pipelined("write", calls))
         return deleted
+
+    # --- fail-open, and the removals owed ------------------------------------
+
+    def _failed_open(self, call: str, error: RedisUnavailableError, *owed: Owed) -> Any:
+        """Redis failed ``call``: raise ``error``, or under ``fail_open`` return
+        what the call answers (:func:`~stampede._core.policy.on_plain_failure`),
+        ``owed`` kept to be sent again until Redis takes it."""
+        answer = policy.on_plain_failure(call, error, self._options, self._emit_dropped)
+        if owed and call in policy.OWING_CALLS:
+            self._owed.owe(*owed)
+            if self._near is not None:
+                # This process sees its own removals at once (a tag's: every copy).
+                names = [removal.keys.value for removal in owed if removal.keys is not None]
+                self._near.invalidate(names if len(names) == len(owed) else None)
+            self._pay_later()
+        return answer
+
+    def _emit_dropped(self, kind: Any, **details: Any) -> None:
+        self._settings.emit_named("", kind, **details)
+
+    def _owed_first(self) -> None:
+        """Before a call reaches Redis: pay what is owed, so that nothing this
+        process removed during an outage is read back after it."""
+        if self._owed.pending:
+            self._pay_owed()
+
+    def _pay_owed(self) -> bool:
+        """Send what is owed, oldest first, one caller at a time (the others
+        wait for it); returns whether all of it was taken."""
+        with self._paying:
+            for removal in self._owed.due():
+                try:
+                    self._remove(removal)
+                except RedisUnavailableError:
+                    return False  # still owed, in order: tried again later
+                self._owed.paid(removal)
+            return not self._owed.pending
+
+    def _remove(self, removal: Owed) -> None:
+        keys = removal.keys
+        if removal.kind == "delete" and keys is not None:
+            self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
+        elif removal.kind == "invalidate" and keys is not None:
+            self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
+        elif removal.kind == "tags":
+            self._groups.bump((removal.tag,), hard=removal.hard)
+        elif removal.kind == "prefix":
+            self._delete_prefix(removal.prefix)
+        else:
+            self._unlink_matching((self._keys.pattern,), self._keys.prefix, tag_states=True)
+
+    def _pay_later(self) -> None:
+        """Have what is owed sent in the background, until Redis takes it all."""
+        payer = self._payer
+        if payer is None or payer.done():
+            try:
+                self._payer = Worker(self._pay_until_paid, "stampede-owed")
+            except RuntimeError:
+                self._payer = None  # no loop to run it on: the next call pays
+
+    def _pay_until_paid(self) -> None:
+        # A removal owed just as this ends (after its last look) finds it not
+        # yet done and starts no other: the instance's next call pays it.
+        while self._owed.pending:
+            sleep(max(self._server.breaker.retry_in(), policy.OWED_RETRY))
+            if self._pay_owed():
+                logger.info("Redis took every removal owed since it failed")

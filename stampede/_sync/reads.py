@@ -13,7 +13,7 @@ import redis.exceptions
 
 from .._core.near import NearStore
 from .._primitives import Event, SectionLock
-from .._protocol.errors import lost_connection
+from .._protocol.errors import Skipped, lost_connection
 from .server import Server
 
 __all__ = ["SharedReads"]
@@ -127,9 +127,14 @@ class SharedReads:
         token = near.begin_fill(name) if near is not None else None  # before the GET is sent
         server = self._server
         error: BaseException | None = None
+        breaker = server.breaker
         try:
             try:
+                if breaker.tripped and not breaker.admits():
+                    raise Skipped(breaker.error, breaker.retry_in())
                 raw: bytes | None = (server.reader() if server.replicas else server.client).get(name)
+                if breaker.tripped:
+                    breaker.succeeded()
             except AttributeError as exc:
                 lost = lost_connection(exc)
                 if lost is None:

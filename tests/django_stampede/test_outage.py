@@ -1,0 +1,101 @@
+"""A Django site under waitress with ``FAIL_OPEN`` while its Redis goes away
+(stopped, or frozen as behind a firewall that drops packets) and comes back:
+every request is answered 200, through ``cache_page`` (whose header lists
+are read first) and ``get_or_set``; and a removal made meanwhile is sent
+once Redis answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import stampede
+from stampede.testing import RedisServer
+from tests.crowd import CrowdServer, Readers
+from tests.django_stampede.project import served
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = 30
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], CrowdServer]]:
+    with ExitStack() as running:
+
+        def start(caches: dict[str, Any]) -> CrowdServer:
+            env = served.environment(caches, urls="tests.django_stampede.project.crowd_views")
+            server = CrowdServer(
+                "tests.django_stampede.project.served:wsgi", env, threads=CLIENTS, workdir=tmp_path
+            )
+            return running.enter_context(server)
+
+        yield start
+
+
+@pytest.mark.parametrize("fault", ["stopped", "frozen"])
+def test_every_request_is_answered_while_redis_is_away_and_after(
+    serve: Callable[[dict[str, Any]], CrowdServer], server: RedisServer, namespace: str, fault: str
+) -> None:
+    caches = {
+        "default": {
+            "BACKEND": "django_stampede.StampedeCache",
+            "LOCATION": server.url,
+            "TIMEOUT": 1,
+            "OPTIONS": {
+                "NAMESPACE": namespace,
+                "FAIL_OPEN": True,
+                "socket_timeout": 1,
+                "socket_connect_timeout": 1,
+            },
+        }
+    }
+    app = serve(caches)
+    with Readers(app.server.port, ["/page", "/get-or-set"], CLIENTS, timeout=30) as readers:
+        wait_until(lambda: readers.count() >= CLIENTS)
+        away, renders_before = readers.count(), app.renders()
+        server.pause() if fault == "frozen" else server.stop()
+        try:
+            wait_until(lambda: readers.count() >= away + 4 * CLIENTS, timeout=60)
+        finally:
+            server.resume() if fault == "frozen" else server.start()
+        back, renders_away = readers.count(), app.renders() - renders_before
+        wait_until(lambda: readers.count() >= back + 4 * CLIENTS, timeout=60)
+    statuses = [status for status, _ in readers.answers]
+    assert statuses == [200] * len(statuses), app.output()
+    # Without Redis, the requests of the process still share each render
+    # (one per page at a time), rather than render one each.
+    assert renders_away * 4 <= back - away, (renders_away, back - away)
+
+
+def test_a_delete_made_while_redis_is_away_is_sent_when_it_answers(
+    server: RedisServer, namespace: str
+) -> None:
+    import django_stampede
+
+    params: dict[str, Any] = {
+        "OPTIONS": {
+            "NAMESPACE": namespace,
+            "FAIL_OPEN": True,
+            "socket_timeout": 0.5,
+            "socket_connect_timeout": 0.5,
+        }
+    }
+    cache = django_stampede.StampedeCache(server.url, params)
+    cache.set("page", "old", 600)
+    server.pause()
+    try:
+        assert cache.get("other") is None
+        cache.set("page", "new", 600)  # dropped: "old" is owed a delete
+        assert cache.add("added", 1) is True
+        with pytest.raises(ValueError, match="not found"):  # as on an empty cache
+            cache.incr("counter")
+    finally:
+        server.resume()
+    with stampede.Stampede.from_url(server.url, namespace=namespace) as elsewhere:
+        wait_until(lambda: elsewhere.get(cache.make_key("page")) is None, timeout=15)

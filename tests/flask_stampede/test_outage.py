@@ -1,0 +1,50 @@
+"""The Flask-Caching backend with ``fail_open`` while its Redis is stopped:
+no call raises, writes are dropped, and the removals are sent once Redis is
+back."""
+
+from __future__ import annotations
+
+import pytest
+from flask import Flask
+from flask_caching import Cache
+
+import stampede
+from stampede.testing import RedisServer
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+def test_flask_caching_goes_on_without_redis_and_owes_its_removals(
+    server: RedisServer, namespace: str
+) -> None:
+    app = Flask(__name__)
+    app.config.update(
+        SECRET_KEY="flask-outage-test-not-secret",
+        CACHE_TYPE="flask_stampede.StampedeCache",
+        CACHE_REDIS_URL=server.url,
+        CACHE_DEFAULT_TIMEOUT=600,
+        CACHE_OPTIONS={
+            "namespace": namespace,
+            "fail_open": True,
+            "redis_options": {"socket_timeout": 0.5, "socket_connect_timeout": 0.5},
+        },
+    )
+    cache = Cache(app)
+    with app.app_context():
+        cache.set("page", "old")
+        server.stop()
+        try:
+            assert cache.get("page") is None
+            cache.set("page", "new")  # not stored: "old" is owed a delete
+            assert cache.get_many("page", "other") == [None, None]
+            assert cache.delete("other") is False
+            assert cache.add("added", 1) is True
+        finally:
+            server.start()
+        # The backend's first call after Redis is back sends what it owes.
+        assert cache.get("page") is None
+    backend = app.extensions["cache"][cache]
+    backend.stampede.client.close()
+    with stampede.Stampede.from_url(server.url, namespace=namespace) as elsewhere:
+        wait_until(lambda: elsewhere.get("page") is None)

@@ -1,0 +1,251 @@
+"""Redis away, slow or full, for real (a redis-server stopped, frozen with
+SIGSTOP, or at its maxmemory): what every call answers under ``fail_open``,
+what it raises without, the circuit breaker, and the removals owed across an
+outage."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+import redis
+
+import stampede
+from stampede import RedisUnavailableError
+from stampede.testing import RedisServer
+from tests.helpers import Rebuilds, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+class Recorder:
+    """An ``on_event`` hook that keeps every event (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.events: list[stampede.Event] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, event: stampede.Event) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def of(self, kind: stampede.EventKind) -> list[stampede.Event]:
+        with self._lock:
+            return [event for event in self.events if event.kind is kind]
+
+
+def _quick(make_driver: Any, url: str, **kwargs: Any) -> Any:
+    """A driver whose connections give up after half a second."""
+    options = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
+    return make_driver(url, redis_options=options, **kwargs)
+
+
+#: Every plain call and what it answers under fail_open with Redis away: what
+#: it would answer on an empty cache that stores nothing.
+PLAIN_CALLS: list[tuple[str, Any, Any]] = [
+    ("get", lambda sf: sf.get("k"), None),
+    ("get_many", lambda sf: sf.get_many(["k", "j"]), {}),
+    ("has_key", lambda sf: sf.has_key("k"), False),
+    ("set", lambda sf: sf.set("k", 1, tags=["t"]), None),
+    ("set_many", lambda sf: sf.set_many({"k": 1, "j": 2}), None),
+    ("add", lambda sf: sf.add("new", 1), True),
+    ("touch", lambda sf: sf.touch("k", ttl=60), False),
+    ("incr", lambda sf: sf.incr("n"), None),
+    ("delete", lambda sf: sf.delete("k"), False),
+    ("delete_many", lambda sf: sf.delete_many(["k", "j"]), 0),
+    ("invalidate", lambda sf: sf.invalidate("k"), False),
+    ("invalidate_tags", lambda sf: sf.invalidate_tags("t"), None),
+    ("delete_tags", lambda sf: sf.delete_tags("t"), None),
+    ("invalidate_all", lambda sf: sf.invalidate_all(), None),
+    ("delete_prefix", lambda sf: sf.delete_prefix("k"), 0),
+    ("clear", lambda sf: sf.clear(), 0),
+    ("get_or_rebuild", lambda sf: sf.get_or_rebuild("k", lambda: "rebuilt"), "rebuilt"),
+    (
+        "get_or_rebuild_many",
+        lambda sf: sf.get_or_rebuild_many(["k"], lambda ks: {k: 7 for k in ks}),
+        {"k": 7},
+    ),
+]
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_with_fail_open_every_call_answers_while_redis_is_stopped(
+    make_driver: Any, server: RedisServer
+) -> None:
+    sf = _quick(make_driver, server.url, fail_open=True)
+    sf.set("k", 0)
+    server.stop()
+    try:
+        for name, call, expected in PLAIN_CALLS:
+            assert call(sf) == expected, name
+        read = sf.read("k")  # a miss; its lease is of this process alone
+        assert read.found is False
+        assert read.lease is not None
+        sf.release(read.lease)
+    finally:
+        server.start()
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_without_fail_open_every_call_raises_redis_unavailable(make_driver: Any, server: RedisServer) -> None:
+    sf = _quick(make_driver, server.url)
+    server.stop()
+    try:
+        for name, call, _ in PLAIN_CALLS:
+            with pytest.raises(RedisUnavailableError) as raised:
+                call(sf)
+            assert raised.value.code in ("CONNECTION", "TIMEOUT"), name
+    finally:
+        server.start()
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_redis_that_stopped_answering_costs_one_socket_timeout_then_nothing(
+    make_driver: Any, server: RedisServer
+) -> None:
+    # Frozen (SIGSTOP): connections are accepted by the kernel but nothing is
+    # answered, as behind a firewall that drops packets: each command that is
+    # sent waits out the socket timeout.
+    recorder = Recorder()
+    sf = _quick(make_driver, server.url, fail_open=True, on_event=recorder)
+    sf.set("k", 0)
+    server.pause()
+    try:
+        values = [sf.get_or_rebuild(f"key{i}", lambda: "rebuilt") for i in range(30)]
+        errors = [event.error for event in recorder.of(stampede.EventKind.REDIS_ERROR)]
+    finally:
+        server.resume()
+    assert values == ["rebuilt"] * 30
+    # The first call waited for Redis; the others skipped it, but for a
+    # probe now and then (one per pause: at least 0.1 s apart).
+    sent = [error for error in errors if "not sent" not in str(error)]
+    assert 1 <= len(sent) <= 3, sent
+    assert len(recorder.of(stampede.EventKind.REDIS_DOWN)) == 1
+    # It answers again: the next probe closes the breaker.
+    wait_until(lambda: sf.get_or_rebuild("k", Rebuilds()) == 0)
+    assert len(recorder.of(stampede.EventKind.REDIS_UP)) == 1
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_removals_made_while_redis_is_away_are_sent_when_it_answers(
+    make_driver: Any, server: RedisServer
+) -> None:
+    sf = _quick(make_driver, server.url, fail_open=True)
+    other = make_driver(server.url)  # another process, to Redis
+    sf.set("written", "old", ttl=600)
+    sf.set("deleted", "old", ttl=600)
+    sf.set("invalidated", "old", ttl=600)
+    sf.set("tagged", "old", ttl=600, tags=["t"])
+    sf.set("gone", "old", ttl=600, tags=["g"])
+    server.pause()
+    try:
+        sf.set("written", "new")  # not stored: its older value is owed a delete
+        assert sf.delete("deleted") is False
+        assert sf.invalidate("invalidated") is False
+        sf.invalidate_tags("t")
+        sf.delete_tags("g")
+    finally:
+        server.resume()
+    # Nothing more is asked of the instance: it sends them in the background.
+    wait_until(lambda: other.get("written") is None, timeout=15)
+    assert other.get("deleted") is None
+    assert not other.get("invalidated").is_fresh()
+    assert not other.get("tagged").is_fresh()
+    assert other.get("gone") is None
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_read_after_redis_answers_again_never_serves_what_this_process_removed(
+    make_driver: Any, server: RedisServer
+) -> None:
+    sf = _quick(make_driver, server.url, fail_open=True)
+    sf.set("k", "old", ttl=600)
+    server.pause()
+    try:
+        sf.delete("k")
+    finally:
+        server.resume()
+    # The first call after Redis answers sends what is owed before its own read.
+    assert sf.get_or_rebuild("k", lambda: "new") == "new"
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_full_redis_serves_reads_and_rebuilds_without_the_lease(
+    make_driver: Any, server: RedisServer
+) -> None:
+    sf = make_driver(server.url)  # no fail_open: a read must not fail for a write
+    sf.set("there", "v", ttl=600)
+    admin = redis.Redis.from_url(server.url)
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", 1)
+    try:
+        assert sf.get_or_rebuild("there", Rebuilds()) == "v"
+        assert sf.get_or_rebuild("missing", lambda: "rebuilt") == "rebuilt"
+        assert sf.get_or_rebuild_many(["missing"], lambda ks: {k: "r" for k in ks}) == {"missing": "r"}
+        assert sf.get("missing") is None  # rebuilt without the lease: not stored
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+
+
+def test_a_database_out_of_range_is_a_misconfiguration_even_with_fail_open(server: RedisServer) -> None:
+    sf = stampede.Stampede.from_url(urlunsplit(urlsplit(server.url)._replace(path="/99")), fail_open=True)
+    with pytest.raises(stampede.ConfigurationError, match="no such database"):
+        sf.get_or_rebuild("k", lambda: 1)
+    sf.close()
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_while_redis_is_away_one_reader_per_process_rebuilds_and_the_others_wait_for_it(
+    make_driver: Any, server: RedisServer
+) -> None:
+    # A Django get (or the cache middleware's) then the view's set: the first
+    # reader of a key renders it; those of its process that come meanwhile
+    # are served its set, not a render each.
+    sf = _quick(make_driver, server.url, fail_open=True)
+    server.stop()
+    try:
+        first = sf.read("page")
+        assert (first.found, first.lease is not None) == (False, True)
+        results: list[Any] = []
+        lock = threading.Lock()
+
+        def read() -> None:
+            found = sf.read("page")
+            with lock:
+                results.append((found.found, found.value, found.lease))
+
+        readers = [threading.Thread(target=read) for _ in range(8)]
+        for reader in readers:
+            reader.start()
+        wait_until(lambda: sf._calls.flights.followers() >= 8)
+        assert sf.commit(first.lease, "rendered") is False  # not stored: Redis is away
+        for reader in readers:
+            reader.join(10)
+        assert results == [(True, "rendered", None)] * 8
+        # Settled: the next reader renders again (nothing is kept without Redis).
+        again = sf.read("page")
+        assert (again.found, again.lease is not None) == (False, True)
+        sf.release(again.lease)
+    finally:
+        server.start()
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_value_over_the_servers_limit_is_refused_by_name_and_still_returned(
+    make_driver: Any, server: RedisServer
+) -> None:
+    admin = redis.Redis.from_url(server.url)
+    admin.config_set("proto-max-bulk-len", 2 * 1024 * 1024)  # the least Redis takes: 1 MB
+    sf = make_driver(server.url, compress_above=None)
+    big = "x" * (3 * 1024 * 1024)
+    received = admin.info("stats")["total_net_input_bytes"]
+    with pytest.raises(RedisUnavailableError, match=r"at most 2097152 bytes.*key 'big'") as raised:
+        sf.set("big", big)
+    assert raised.value.code == "TOO_LARGE"
+    assert sf.get_or_rebuild("big", lambda: big) == big  # rebuilt, not stored, and returned
+    # Never sent: Redis would have closed the connection, and redis-py sent it again.
+    assert admin.info("stats")["total_net_input_bytes"] - received < len(big)
+    admin.close()
