@@ -70,6 +70,16 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "a master killed under load (Cluster, Sentinel), beside plain redis-py",
     ),
     Benchmark(
+        "outage",
+        "faults.outage",
+        "Redis killed or frozen under a cached Django page and the core, beside the stock peers",
+    ),
+    Benchmark(
+        "storm",
+        "faults.storm",
+        "a database that keeps failing under one key, hot and cold, beside dogpile.cache",
+    ),
+    Benchmark(
         "groups",
         "groups.tags",
         "a tagged hit's cost, and how soon another process sees invalidate_tags",

@@ -1,7 +1,8 @@
 """The web apps the load benchmarks serve, each in a server process of its own
 (:func:`app_server`): the many-waiters benchmark's (:mod:`bench.load._apps.many`), the
 sustained-load one's (``sustained_django``, ``sustained_flask``) and the never-written-key one's
-(``unwritten_django``, and ``unwritten_worker``, a plain worker process).
+(``unwritten_django``, and ``unwritten_worker``, a plain worker process); and the page of the
+outage benchmark (:mod:`bench.faults.outage`: ``outage_django``, told by ``outage_config``).
 
 Every app has ``/ready`` (never cached: the benchmark polls it until the
 server answers) and cached pages written the way each framework's
