@@ -80,7 +80,7 @@ def test_with_fail_open_every_call_answers_while_redis_is_stopped(
     try:
         for name, call, expected in PLAIN_CALLS:
             assert call(sf) == expected, name
-        read = sf.read("k")  # a miss; its lease is of this process alone
+        read = sf.read("never-read")  # a miss; its lease is of this process alone
         assert read.found is False
         assert read.lease is not None
         sf.release(read.lease)
@@ -225,7 +225,10 @@ def test_while_redis_is_away_one_reader_per_process_rebuilds_and_the_others_wait
         for reader in readers:
             reader.join(10)
         assert results == [(True, "rendered", None)] * 8
-        # Settled: the next reader renders again (nothing is kept without Redis).
+        # Kept in the process for its ttl while Redis is away: served again,
+        # not rendered again; a delete of this process drops it.
+        assert sf.read("page").value == "rendered"
+        sf.delete("page")
         again = sf.read("page")
         assert (again.found, again.lease is not None) == (False, True)
         sf.release(again.lease)
@@ -249,3 +252,23 @@ def test_a_value_over_the_servers_limit_is_refused_by_name_and_still_returned(
     # Never sent: Redis would have closed the connection, and redis-py sent it again.
     assert admin.info("stats")["total_net_input_bytes"] - received < len(big)
     admin.close()
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_while_redis_is_away_a_process_rebuilds_a_key_once_per_ttl(
+    make_driver: Any, server: RedisServer
+) -> None:
+    sf = _quick(make_driver, server.url, fail_open=True)
+    server.stop()
+    try:
+        rebuild = Rebuilds()
+        values = [sf.get_or_rebuild("k", rebuild, ttl=600) for _ in range(20)]
+        assert values == ["v1"] * 20
+        assert rebuild.count == 1
+        sf.invalidate_tags("any")  # a removal whose keys this process cannot tell: it drops them all
+        assert sf.get_or_rebuild("k", rebuild, ttl=600) == "v2"
+    finally:
+        server.start()
+    # Redis answers again: once its breaker closes, what Redis holds is served,
+    # not what was kept.
+    wait_until(lambda: sf.get_or_rebuild("k", Rebuilds(lambda n: "from redis"), ttl=600) == "from redis")

@@ -23,7 +23,7 @@ __all__ = ["FIRST_PAUSE", "LONGEST_PAUSE", "Breaker"]
 #: How long calls skip Redis after the first failure; each failed probe
 #: doubles it, up to the longest.
 FIRST_PAUSE = 0.1
-LONGEST_PAUSE = 2.0
+LONGEST_PAUSE = 1.0
 #: How far each pause is moved at random (a fraction of it), so that the
 #: processes of a fleet do not probe a recovering Redis all at once.
 JITTER = 0.25

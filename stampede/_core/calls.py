@@ -22,7 +22,7 @@ from .flow import Flow
 from .keys import Keys
 from .lease import LEASE_TAKEN, Lease, Paused, Read
 from .local_flights import LocalFlight, LocalFlights
-from .memos import BusyLeases, UnfilledKeys
+from .memos import BusyLeases, FailedKeys, KeptAlone, UnfilledKeys
 from .near import NearStore
 from .ops import (
     AwaitFlight,
@@ -93,6 +93,10 @@ class Calls:
         self.busy = BusyLeases()
         #: Keys found marked as ones that reads do not fill.
         self.unfilled = UnfilledKeys()
+        #: Keys whose last rebuild raised, found so moments ago.
+        self.failed = FailedKeys()
+        #: Values rebuilt or written while Redis was away (fail_open).
+        self.kept = KeptAlone()
 
     def forked(self) -> None:
         """In a child process just forked: the flights other threads had under
@@ -109,6 +113,7 @@ class Calls:
             value = keys.value
             self.busy.forget(value)
             self.unfilled.forget(value)
+            self.failed.forget(value)
             if near is not None:
                 near.invalidate([value])  # this process sees its own write at once
             self.flights.overtake(value, (value, "read"), (value, "after-wait"))
@@ -126,6 +131,8 @@ class Calls:
             fails_over=self.fails_over,
             busy=self.busy,
             unfilled_keys=self.unfilled,
+            failed_keys=self.failed,
+            kept=self.kept,
             **kwargs,
         )
 

@@ -23,7 +23,7 @@ from .codec import Codec, envelope_of
 from .envelope import Entry
 from .events import EventKind, logger
 from .keys import Keys
-from .memos import BusyLeases, UnfilledKeys
+from .memos import BusyLeases, FailedKeys, KeptAlone, UnfilledKeys
 from .ops import (
     Acquire,
     Acquired,
@@ -104,6 +104,8 @@ class Flow:
         missed: bool = False,
         busy: BusyLeases | None = None,
         unfilled_keys: UnfilledKeys | None = None,
+        failed_keys: FailedKeys | None = None,
+        kept: KeptAlone | None = None,
         tags: tuple[bytes, ...] = (),
     ) -> None:
         self.keys = keys
@@ -120,6 +122,8 @@ class Flow:
         self.missed = missed
         self.busy = busy
         self.unfilled_keys = unfilled_keys
+        self.failed_keys = failed_keys
+        self.kept = kept
         self.tags = tags
         #: What the value rebuilt records of its groups (see :class:`Capture`).
         self.captured = UNTAGGED
@@ -152,12 +156,26 @@ class Flow:
                 assert lookup.entry is not None
                 outcome = (lookup.entry.value, None)
             else:
-                self.failed_open = True
-                outcome = yield from self._alone()
+                outcome = yield from self._without_redis()
         value, error = outcome
         if error is not None:
             raise error
         return value
+
+    def _without_redis(self) -> Generator[Op, Any, _Outcome]:
+        """Redis failed, under fail_open: what this process rebuilt or wrote of
+        the key while Redis was away, if it is still fresh; else a rebuild
+        without Redis, kept for the next callers."""
+        self.failed_open = True
+        kept, now = self.kept, self.clock.monotonic()
+        if kept is not None:
+            found, value = kept.get(self.keys.value, now)
+            if found:
+                return value, None
+        value, error = yield from self._alone()
+        if error is None and kept is not None and self.take_over:
+            kept.keep(self.keys.value, value, now, self.options.ttl)
+        return value, error
 
     def _through_failover(self, error: RedisUnavailableError) -> Generator[Op, Any, Entry | Lookup]:
         """The first read failed: a replica's value to serve, or (where the
@@ -256,6 +274,11 @@ class Flow:
         deadline = failover.deadline
         unusable: bytes | None = None
         pause = policy.FAILOVER_FIRST_PAUSE  # between tries of a primary that is failing over
+        if self.take_over and self.failed_keys is not None:
+            # Its last rebuild raised, as this process found out moments ago.
+            known = self.failed_keys.known(self.keys.value, clock.monotonic())
+            if known is not None:
+                return None, policy.on_backoff(self.keys.name, known[1])
         while True:
             token = new_token()
             try:
@@ -265,6 +288,8 @@ class Flow:
                 continue
             if acquired.failed is not None:
                 # Its last rebuild raised, moments ago: that error, at once.
+                if self.failed_keys is not None:
+                    self.failed_keys.note(self.keys.value, clock.monotonic(), acquired.lease_pttl, acquired)
                 return None, policy.on_backoff(self.keys.name, acquired)
             if acquired.unfilled:
                 # A key that reads do not fill (nobody wrote it after the last
@@ -366,7 +391,13 @@ class Flow:
         self._report(rebuilt)
         if rebuilt.error is not None:
             # Recorded on the lease: nobody rebuilds it again for a while.
-            yield Release(token, failed=policy.failure(rebuilt.error, self.failures, random.random))
+            failed = policy.failure(rebuilt.error, self.failures, random.random)
+            yield Release(token, failed=failed)
+            if failed is not None and self.failed_keys is not None:
+                said = Acquired(
+                    False, lease_pttl=failed.backoff_ms, failed=failed.error, failures=failed.failures
+                )
+                self.failed_keys.note(self.keys.value, self.clock.monotonic(), failed.backoff_ms, said)
             if policy.on_rebuild_error(name, rebuilt.error, stale=stale is not None):
                 assert stale is not None
                 return stale.value, None

@@ -4,9 +4,11 @@ its next callers need not ask Redis again: the keys another caller refreshes
 
 from __future__ import annotations
 
+from typing import Any
+
 from .envelope import Entry
 
-__all__ = ["BUSY_MEMO_SECONDS", "BusyLeases", "UnfilledKeys"]
+__all__ = ["BUSY_MEMO_SECONDS", "BusyLeases", "FailedKeys", "KeptAlone", "UnfilledKeys"]
 
 
 #: The longest a process trusts that another holds a key's lease without
@@ -74,3 +76,79 @@ class UnfilledKeys:
     def forget(self, name: bytes) -> None:
         """A write of this process: ask Redis again next time."""
         self._until.pop(name, None)
+
+
+class FailedKeys:
+    """Per process: the missing keys whose last rebuild raised, found so in
+    their lease (see ``scripts.FAILED``), with what it said and until when
+    (monotonic). A caller with nothing in hand is told so at once, without
+    asking Redis, for a moment (:data:`BUSY_MEMO_SECONDS` at most: another
+    process's write ends the back-off). A write of the key by this process
+    forgets it; another process's write shows in the ``GET``."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[bytes, tuple[float, Any]] = {}
+
+    def known(self, name: bytes, now: float) -> tuple[float, Any] | None:
+        """``(until, what the lease said)`` if ``name`` was found failed and may still be."""
+        found = self._known.get(name)
+        return found if found is not None and now < found[0] else None
+
+    def note(self, name: bytes, now: float, retry_in_ms: int, said: Any) -> None:
+        """``name``'s lease said ``said`` (its ``Acquired``), ``retry_in_ms`` before a new try."""
+        if retry_in_ms > 0:
+            known = self._known
+            if len(known) >= 4096:
+                known.clear()  # a bound on memory; forgetting only costs a lease request
+            known[name] = (now + min(retry_in_ms / 1000, BUSY_MEMO_SECONDS), said)
+
+    def forget(self, name: bytes) -> None:
+        """A write of this process: ask Redis again next time."""
+        self._known.pop(name, None)
+
+
+#: The most values :class:`KeptAlone` holds, and the longest it keeps one (s).
+MOST_KEPT = 1024
+LONGEST_KEPT = 300.0
+
+
+class KeptAlone:
+    """Per process: the values rebuilt or written while Redis was away
+    (under ``fail_open``), kept for their ``ttl`` (:data:`LONGEST_KEPT` at
+    most) and served only while Redis still fails, so that a process rebuilds
+    a key once per window during an outage, not once per call. At most
+    :data:`MOST_KEPT`, the oldest dropped first. A write of the key that
+    Redis takes, or a delete or invalidation by this process, drops it (a
+    tag's: all of them), and all are dropped once Redis answers again.
+    Thread-safe enough: each step is one dict operation."""
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[bytes, tuple[float, Any]] = {}
+
+    def keep(self, name: bytes, value: Any, now: float, ttl: float | None) -> None:
+        kept = self._kept
+        kept.pop(name, None)
+        if len(kept) >= MOST_KEPT:
+            kept.pop(next(iter(kept)), None)
+        kept[name] = (now + min(LONGEST_KEPT if ttl is None else ttl, LONGEST_KEPT), value)
+
+    def get(self, name: bytes, now: float) -> tuple[bool, Any]:
+        """``(True, value)`` if ``name``'s value is kept, else ``(False, None)``."""
+        found = self._kept.get(name)
+        if found is None or now >= found[0]:
+            return False, None
+        return True, found[1]
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def forget(self, name: bytes) -> None:
+        self._kept.pop(name, None)
+
+    def clear(self) -> None:
+        """Redis answers again (its breaker closed), or a removal covered them."""
+        self._kept = {}

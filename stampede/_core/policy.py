@@ -70,7 +70,7 @@ REFUSED_WRITES = ("OOM", "MISCONF", "TOO_LARGE")
 #: The back-off after a rebuild raised: the first, the longest, and how far
 #: each is moved at random (a fraction of it).
 REBUILD_FIRST_PAUSE = 0.5
-REBUILD_LONGEST_PAUSE = 10.0
+REBUILD_LONGEST_PAUSE = 2.0
 REBUILD_JITTER = 0.25
 #: The most characters of a failed rebuild's error that its lease records.
 MOST_ERROR_TEXT = 300

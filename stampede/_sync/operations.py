@@ -144,6 +144,8 @@ class Operations:
             self._server.script("write", keys, self._write_args(keys, value, options, captured))
         except RedisUnavailableError as error:
             self._failed_open("set", error, Owed("delete", keys))
+            # Served to this process's readers while Redis is away, for its ttl.
+            self._calls.kept.keep(keys.value, value, self._clock.monotonic(), options.ttl)
             return False
         return True
 
@@ -436,6 +438,13 @@ class Operations:
         answer = policy.on_plain_failure(call, error, self._options, self._emit_dropped)
         if owed and call in policy.OWING_CALLS:
             self._owed.owe(*owed)
+            kept = self._calls.kept
+            if any(removal.keys is None for removal in owed):
+                kept.clear()  # a tag's, a prefix's, a clear: whichever it covers
+            else:
+                for removal in owed:
+                    if removal.keys is not None:
+                        kept.forget(removal.keys.value)
             if self._near is not None:
                 # This process sees its own removals at once (a tag's: every copy).
                 names = [removal.keys.value for removal in owed if removal.keys is not None]

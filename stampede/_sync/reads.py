@@ -71,7 +71,9 @@ class SharedReads:
         reply of a GET sent after it asked, so it sees every write that
         returned before it asked, its own included.
         """
-        while (pending := self._pending.get(name)) is not None:
+        # While Redis is found unreachable, nobody waits on another's GET (a
+        # probe may hang for a socket timeout): each asks the breaker itself.
+        while not self._server.breaker.tripped and (pending := self._pending.get(name)) is not None:
             with self._lock:  # against the read finishing meanwhile
                 if pending.finished:
                     break

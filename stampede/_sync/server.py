@@ -151,6 +151,7 @@ class Server:
             self._settings.emit_named("", EventKind.REDIS_DOWN, error=error)
         else:
             logger.warning("Redis answers again")
+            self._calls.kept.clear()  # what was kept while it was away: Redis has the say again
             self._settings.emit_named("", EventKind.REDIS_UP)
 
     def translated(self, failure: BaseException, doing: str) -> StampedeError:
@@ -183,7 +184,10 @@ class Server:
             with self.errors(keys.name, name):
                 if self.sharded is None:
                     self.ask_sharded()
-                return self.scripts_now()[name](keys=keys.script_keys, args=args)
+                result = self.scripts_now()[name](keys=keys.script_keys, args=args)
+            if self._calls.kept and name in lua.WRITES:
+                self._calls.kept.forget(keys.value)  # what was kept while Redis was away is older
+            return result
         finally:
             if name in lua.WRITES:
                 self._calls.written(keys)
