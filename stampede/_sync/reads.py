@@ -151,9 +151,11 @@ class SharedReads:
                     near.end_fill(name, token, raw)
                 else:  # nothing was read: a failed GET is not a missing key
                     near.drop_fill(name, token)
-            if reads.get(name) is read:
-                del reads[name]
             with self._lock:
+                # Under the lock: another sender of this name (while Redis is
+                # found unreachable, nobody joins) may replace and drop its own.
+                if reads.get(name) is read:
+                    del reads[name]
                 if error is None:
                     read.raw = raw
                 else:
