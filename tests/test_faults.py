@@ -16,8 +16,9 @@ then deletes or invalidates the key, as an application's save would. Then:
   (after ``wait_timeout``: nothing to commit), which are logged apart and
   happen only while faults are applied;
 - every call ends within a bound (``wait_timeout``, the lease, socket
-  time-outs and a worker's pause), and once the faults stop, every call
-  succeeds again.
+  time-outs and a worker's pause), and once the faults stop (and each
+  process's circuit breaker has had its next probe), every call succeeds
+  again.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import pytest
 import redis
 
 import stampede
+from stampede._core import breaker
 from stampede.testing import RedisServer
 from tests import soak_worker
 from tests.proxy import FaultyProxy
@@ -46,6 +48,10 @@ pytestmark = pytest.mark.slow
 
 SOAK_SECONDS = float(os.environ.get("STAMPEDE_SOAK_SECONDS", "40"))
 CALM_SECONDS = 4.0
+#: After the faults stop, until every call must succeed: a second, and the
+#: longest a process's circuit breaker may still skip Redis (its longest
+#: pause and jitter, counted from its last failed probe).
+SETTLING = 1.0 + breaker.LONGEST_PAUSE * (1 + breaker.JITTER)
 MODES = ("sync", "asyncio", "split")
 #: A call's bound: wait_timeout, a lease's lapse, the commit's retries within
 #: the lease, socket time-outs of each round trip and retry, a worker paused.
@@ -209,7 +215,7 @@ def test_a_soak_of_random_faults_keeps_every_promise(
             applied[name] = applied.get(name, 0) + 1
             time.sleep(rng.uniform(0.3, 1.0))
         proxy.heal()
-        calm_from = time.time() + 1.0
+        calm_from = time.time() + SETTLING
         time.sleep(CALM_SECONDS)
     finally:
         stop.set()
