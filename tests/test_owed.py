@@ -60,3 +60,13 @@ def test_past_its_bound_the_book_owes_one_deletion_of_the_namespace(monkeypatch:
     assert len(book) == 1
     assert book.abandon() == 1
     assert not book.pending
+
+
+def test_after_a_try_redis_failed_none_is_made_before_the_pause_ends() -> None:
+    book = OwedBook()
+    assert not book.may_pay(0.0)  # nothing owed
+    book.owe(Owed("delete", KEYS("a")))
+    assert book.may_pay(0.0)
+    book.failed(5.0)
+    assert not book.may_pay(4.9)  # callers queued behind a failed try go on at once
+    assert book.may_pay(5.0)

@@ -143,8 +143,7 @@ class AsyncOperations:
             await self._server.script("write", keys, self._write_args(keys, value, options, captured))
         except RedisUnavailableError as error:
             self._failed_open("set", error, Owed("delete", keys))
-            # Served to this process's readers while Redis is away, for its ttl.
-            self._calls.kept.keep(keys.value, value, self._clock.monotonic(), options.ttl)
+            self._calls.unsent_write(keys, value, options.ttl)
             return False
         return True
 
@@ -443,17 +442,7 @@ class AsyncOperations:
         answer = policy.on_plain_failure(call, error, self._options, self._emit_dropped)
         if owed and call in policy.OWING_CALLS:
             self._owed.owe(*owed)
-            kept = self._calls.kept
-            if any(removal.keys is None for removal in owed):
-                kept.clear()  # a tag's, a prefix's, a clear: whichever it covers
-            else:
-                for removal in owed:
-                    if removal.keys is not None:
-                        kept.forget(removal.keys.value)
-            if self._near is not None:
-                # This process sees its own removals at once (a tag's: every copy).
-                names = [removal.keys.value for removal in owed if removal.keys is not None]
-                self._near.invalidate(names if len(names) == len(owed) else None)
+            self._calls.unsent_removals(owed)
             self._pay_later()
         return answer
 
@@ -468,15 +457,24 @@ class AsyncOperations:
 
     async def _pay_owed(self) -> bool:
         """Send what is owed, oldest first, one caller at a time (the others
-        wait for it); returns whether all of it was taken."""
+        wait for it); returns whether all of it was taken. After a try that
+        Redis failed, none for :data:`~stampede._core.policy.OWED_RETRY`: the
+        callers queued behind it go on at once (each try may cost a socket
+        timeout where no breaker skips Redis, as on a cluster)."""
+        owed, clock = self._owed, self._clock
+        if not owed.may_pay(clock.monotonic()):
+            return False
         async with self._paying:
-            for removal in self._owed.due():
+            if not owed.may_pay(clock.monotonic()):
+                return False  # the caller ahead just found Redis failing
+            for removal in owed.due():
                 try:
                     await self._remove(removal)
                 except RedisUnavailableError:
+                    owed.failed(clock.monotonic() + policy.OWED_RETRY)
                     return False  # still owed, in order: tried again later
-                self._owed.paid(removal)
-            return not self._owed.pending
+                owed.paid(removal)
+            return not owed.pending
 
     async def _remove(self, removal: Owed) -> None:
         keys = removal.keys

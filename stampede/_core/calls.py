@@ -38,6 +38,7 @@ from .ops import (
     RereadMany,
 )
 from .options import UNSET, Options
+from .owed import Owed
 from .scope import LeaseScope
 from .settings import Settings
 
@@ -117,6 +118,24 @@ class Calls:
             if near is not None:
                 near.invalidate([value])  # this process sees its own write at once
             self.flights.overtake(value, (value, "read"), (value, "after-wait"))
+
+    def unsent_write(self, keys: Keys, value: Any, ttl: float | None) -> None:
+        """Redis failed a write of ``value`` under fail_open: served to this
+        process's callers while Redis is away, for ``ttl`` (see :class:`KeptAlone`)."""
+        self.kept.keep(keys.value, value, self.settings.clock.monotonic(), ttl)
+
+    def unsent_removals(self, owed: tuple[Owed, ...]) -> None:
+        """Redis failed removals under fail_open (they are owed): this
+        process sees them at once, in what it kept and in its near copies (a
+        removal by tag, prefix or ``clear``: all of them)."""
+        names = [removal.keys.value for removal in owed if removal.keys is not None]
+        every = len(names) < len(owed)
+        if every:
+            self.kept.clear()
+        for name in names:
+            self.kept.forget(name)
+        if self._near is not None:
+            self._near.invalidate(None if every else names)
 
     def flow(self, keys: Keys, options: Options, **kwargs: Any) -> Flow:
         """A :class:`Flow` for one call; ``kwargs``: the flow's keyword options."""

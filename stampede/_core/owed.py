@@ -65,6 +65,8 @@ class OwedBook:
         self._owed: dict[tuple[str, object], Owed] = {}
         #: Whether anything is owed: read on every call, without the lock.
         self.pending = False
+        #: No try before then (monotonic): the last one Redis failed.
+        self._not_before = 0.0
 
     def __len__(self) -> int:
         return len(self._owed)
@@ -85,6 +87,14 @@ class OwedBook:
                 owed.clear()
                 owed[EVERYTHING.target] = EVERYTHING
             self.pending = bool(owed)
+
+    def may_pay(self, now: float) -> bool:
+        """Whether to try sending what is owed at ``now``."""
+        return self.pending and now >= self._not_before
+
+    def failed(self, not_before: float) -> None:
+        """Redis failed a try: none before ``not_before`` (monotonic)."""
+        self._not_before = not_before
 
     def due(self) -> list[Owed]:
         """What is owed now, oldest first."""
@@ -111,3 +121,4 @@ class OwedBook:
         self._lock = threading.Lock()
         self._owed = {}
         self.pending = False
+        self._not_before = 0.0
