@@ -178,3 +178,27 @@ def test_a_cancelled_or_interrupted_rebuild_records_nothing() -> None:
 
 def test_rebuild_failed_error_is_a_stampede_error() -> None:
     assert issubclass(RebuildFailedError, stampede.StampedeError)
+
+
+@pytest.mark.usefixtures("long_backoff")
+def test_a_batch_whose_rebuild_raised_records_the_failure_on_each_key(make_driver: Any) -> None:
+    batch, elsewhere = make_driver(), make_driver()
+    calls: list[list[Any]] = []
+
+    def rebuild_many(keys: list[Any]) -> dict[Any, Any]:
+        calls.append(list(keys))
+        raise DatabaseDown("could not connect to server")
+
+    with pytest.raises(DatabaseDown):
+        batch.get_or_rebuild_many(["a", "b"], rebuild_many)
+    attempts: list[int] = []
+    for key in ("a", "b"):
+        with pytest.raises(RebuildFailedError) as raised:
+            elsewhere.get_or_rebuild(key, failing(attempts))
+        assert raised.value.error == "DatabaseDown: could not connect to server"
+        assert raised.value.failures == 1
+    # Nor does the batch itself try again within the back-off.
+    with pytest.raises(RebuildFailedError):
+        batch.get_or_rebuild_many(["a", "b"], rebuild_many)
+    assert attempts == []
+    assert calls == [["a", "b"]]

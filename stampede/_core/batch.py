@@ -14,6 +14,7 @@ fails is decided in :mod:`~stampede._core.policy`, as for one key.
 from __future__ import annotations
 
 import functools
+import random
 from collections.abc import Generator, Mapping
 from typing import Any, NamedTuple
 
@@ -63,6 +64,8 @@ class _Won(NamedTuple):
     stale: Entry | None
     token: str
     won_at: str | None
+    #: How many rebuilds of the key in a row raised before, as its lease said.
+    failures: int
 
 
 def checked(mapping: Any) -> Mapping[Any, Any]:
@@ -238,7 +241,7 @@ class _Batch:
                 found[key] = current.value  # landed between the read and the lease
                 landed.append((names, token))
                 continue
-            won.append(_Won(key, names, entry, token, acquired.won_at))
+            won.append(_Won(key, names, entry, token, acquired.won_at, acquired.failures))
         try:
             if landed:
                 yield ReleaseMany(tuple(landed))
@@ -273,7 +276,15 @@ class _Batch:
             except ConfigurationError as exc:
                 error = exc
         if error is not None:
-            yield ReleaseMany(leases)
+            # A rebuild that raised is recorded on each lease, as for one key:
+            # nobody rebuilds it again for a while. A result of the wrong shape
+            # is the caller's mistake, not the data source's: nothing recorded.
+            failed = (
+                tuple(policy.failure(error, one.failures, random.random) for one in won)
+                if rebuilt.error is not None
+                else ()
+            )
+            yield ReleaseMany(leases, failed=failed)
             for one in won:
                 settings.emit(one.keys, EventKind.REBUILD_ERROR, duration=rebuilt.duration, error=error)
             if not policy.on_rebuild_error(None, error, stale=all(one.stale is not None for one in won)):

@@ -344,6 +344,9 @@ class ReleaseMany:
 
     leases: tuple[tuple[Keys, str], ...]
     detached: bool = False
+    #: What each lease records of a rebuild that raised (see ``Release.failed``),
+    #: in the order of ``leases``; empty: nothing.
+    failed: tuple[Failure | None, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

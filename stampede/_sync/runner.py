@@ -25,6 +25,7 @@ from .._core.ops import (
     Capture,
     Commit,
     CommitMany,
+    Failure,
     FirstRead,
     InBackground,
     Keep,
@@ -173,7 +174,7 @@ class Runner:
             calls = [(names, messages.commit_args(commit, names, options)) for names, commit in op.commits]
             return [messages.commit_outcome(reply) for reply in self._server.pipelined("commit", calls)]
         if isinstance(op, ReleaseMany):
-            return self._release(list(op.leases), options, detached=op.detached)
+            return self._release(list(op.leases), options, detached=op.detached, failed=op.failed)
         assert keys is not None  # the operations left are about one key
         if isinstance(op, Rebuild):
             return self._rebuild(op.token, keys, options, rebuild)
@@ -210,12 +211,24 @@ class Runner:
 
     # --- releases -------------------------------------------------------------
 
-    def _release(self, leases: list[tuple[Keys, str]], options: Options, *, detached: bool) -> bool:
-        """Free ``leases`` and tell their waiters, in one round trip; returns
-        whether Redis answered (if not, the leases expire by themselves)."""
+    def _release(
+        self,
+        leases: list[tuple[Keys, str]],
+        options: Options,
+        *,
+        detached: bool,
+        failed: tuple[Failure | None, ...] = (),
+    ) -> bool:
+        """Free ``leases`` (recording ``failed``, one each, if given) and tell
+        their waiters, in one round trip; returns whether Redis answered (if
+        not, the leases expire by themselves)."""
         if not leases:
             return True
-        calls = [(names, messages.release_args(Release(token), names, options)) for names, token in leases]
+        failures = failed or (None,) * len(leases)
+        calls = [
+            (names, messages.release_args(Release(token, failed=failure), names, options))
+            for (names, token), failure in zip(leases, failures, strict=True)
+        ]
         if detached:
             self._release_detached(calls, options)
             return True
