@@ -14,6 +14,7 @@ import redis
 
 import stampede
 from stampede import RedisUnavailableError
+from stampede._core.keys import KeySpace
 from stampede.testing import RedisServer
 from tests.helpers import Rebuilds, wait_until
 
@@ -272,3 +273,34 @@ def test_while_redis_is_away_a_process_rebuilds_a_key_once_per_ttl(
     # Redis answers again: once its breaker closes, what Redis holds is served,
     # not what was kept.
     wait_until(lambda: sf.get_or_rebuild("k", Rebuilds(lambda n: "from redis"), ttl=600) == "from redis")
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_while_redis_is_away_the_near_cache_serves_its_copies_within_their_stale_window(
+    make_driver: Any, server: RedisServer, keys: KeySpace
+) -> None:
+    sf = _quick(make_driver, server.url, fail_open=True, near_cache=100)
+    sf.set("fresh", "near fresh", ttl=600)
+    sf.set("stale", "near stale", ttl=0.05, stale_ttl=600)
+    sf.set("gone", "near gone", ttl=0.05, stale_ttl=0.05)
+    sf.set("removed", "near removed", ttl=600)
+    for key in ("fresh", "stale", "gone", "removed"):
+        sf.get(key)  # read back: each one a near copy
+    server.stop()
+    try:
+        # The invalidation link is lost with Redis: the copies are held apart.
+        wait_until(lambda: not sf._near.live)
+        threading.Event().wait(0.15)  # "stale" is past its ttl, "gone" past ttl + stale_ttl
+        rebuild = Rebuilds()
+        assert sf.get_or_rebuild("fresh", rebuild, stale_ttl=600) == "near fresh"
+        assert sf.get_or_rebuild("stale", rebuild, stale_ttl=600) == "near stale"
+        assert sf.read("stale", stale_ttl=600).value == "near stale"
+        assert rebuild.count == 0
+        assert sf.get_or_rebuild("gone", rebuild, stale_ttl=0.05) == "v1"  # past its window: rebuilt
+        sf.delete("removed")  # owed; this process sees it at once
+        assert sf.get_or_rebuild("removed", rebuild) == "v2"
+    finally:
+        server.start()
+    # Redis answers again (empty, restarted): what it holds is served, not the copies held apart.
+    wait_until(lambda: sf.get_or_rebuild("fresh", Rebuilds(lambda n: "rebuilt")) == "rebuilt")
+    assert sf._near.held_away(keys("fresh").value) is None

@@ -97,7 +97,7 @@ class Calls:
         #: Keys whose last rebuild raised, found so moments ago.
         self.failed = FailedKeys()
         #: Values rebuilt or written while Redis was away (fail_open).
-        self.kept = KeptAlone()
+        self.kept = KeptAlone(near)
 
     def forked(self) -> None:
         """In a child process just forked: the flights other threads had under

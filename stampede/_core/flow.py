@@ -172,6 +172,12 @@ class Flow:
             found, value = kept.get(self.keys.value, now)
             if found:
                 return value, None
+            held = self.decode(kept.copy(self.keys.value))
+            if held is not None and self.clock.time() < held.fresh_until + self.options.stale_ttl:
+                # The near copy held since the link was lost, within its stale window.
+                if not held.is_fresh(self.clock.time()):
+                    self.emit(EventKind.STALE_HIT)
+                return held.value, None
         value, error = yield from self._alone()
         if error is None and kept is not None and self.take_over:
             kept.keep(self.keys.value, value, now, self.options.ttl)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .envelope import Entry
+from .near import NearStore
 
 __all__ = ["BUSY_MEMO_SECONDS", "BusyLeases", "FailedKeys", "KeptAlone", "UnfilledKeys"]
 
@@ -124,10 +125,11 @@ class KeptAlone:
     tag's: all of them), and all are dropped once Redis answers again.
     Thread-safe enough: each step is one dict operation."""
 
-    __slots__ = ("_kept",)
+    __slots__ = ("_kept", "_near")
 
-    def __init__(self) -> None:
+    def __init__(self, near: NearStore | None = None) -> None:
         self._kept: dict[bytes, tuple[float, Any]] = {}
+        self._near = near
 
     def keep(self, name: bytes, value: Any, now: float, ttl: float | None) -> None:
         kept = self._kept
@@ -143,6 +145,11 @@ class KeptAlone:
             return False, None
         return True, found[1]
 
+    def copy(self, name: bytes) -> bytes | None:
+        """The near copy of ``name`` held since the near cache lost its
+        invalidation connection (see ``NearStore.held_away``), if any."""
+        return None if self._near is None else self._near.held_away(name)
+
     def __len__(self) -> int:
         return len(self._kept)
 
@@ -152,3 +159,9 @@ class KeptAlone:
     def clear(self) -> None:
         """Redis answers again (its breaker closed), or a removal covered them."""
         self._kept = {}
+
+    def answered(self) -> None:
+        """Redis answers again: nothing kept, nor any near copy held, is served."""
+        self._kept = {}
+        if self._near is not None:
+            self._near.forget_away()

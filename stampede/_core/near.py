@@ -189,6 +189,9 @@ class NearStore:
         self._entries: OrderedDict[bytes, bytes] = OrderedDict()
         self._bytes = 0
         self._filling: dict[bytes, object] = {}
+        #: The copies held when the invalidation connection was lost: never
+        #: served as hits, only by a caller that Redis fails (see ``held_away``).
+        self._away: dict[bytes, bytes] = {}
         #: Whether the invalidation connection is subscribed with tracking on
         #: this prefix: copies are kept and served only then.
         self.live = False
@@ -339,9 +342,11 @@ class NearStore:
         with self._lock:
             if names is None:
                 flushed = self._clear()
+                self._away = {}
             else:
                 flushed = False
                 for name in names:
+                    self._away.pop(name, None)
                     self._filling.pop(name, None)
                     raw = self._entries.pop(name, None)
                     if raw is not None:
@@ -359,8 +364,11 @@ class NearStore:
                 report(EventKind.NEAR_INVALIDATION, name)
 
     def flush(self, *, live: bool) -> None:
-        """Drop every copy and fill (the connection was lost, or restored: ``live``)."""
+        """Drop every copy and fill (the connection was lost, or restored: ``live``).
+        Lost, the copies are held apart: a caller that Redis fails meanwhile
+        may be served one (:meth:`held_away`); restored, they are forgotten."""
         with self._lock:
+            self._away = {} if live else {**self._away, **self._entries}
             flushed = self._clear()
             self.live = live
         if flushed and self._report is not None:
@@ -377,6 +385,17 @@ class NearStore:
         self._bytes = 0
         return had
 
+    def held_away(self, name: bytes) -> bytes | None:
+        """The copy of ``name`` held since the invalidation connection was
+        lost, if this process has not written or removed it since: for a
+        caller that Redis fails (fail_open) to serve within its stale window,
+        rather than rebuild with Redis away."""
+        return self._away.get(name)
+
+    def forget_away(self) -> None:
+        """Redis answers again: it has the say on every key."""
+        self._away = {}
+
     def forked(self) -> None:
         """In a child process just forked: nothing is known to be coherent any
         more (the connection that kept it so is the parent's), and the lock
@@ -385,6 +404,7 @@ class NearStore:
         self._cool()
         self._entries.clear()
         self._filling.clear()
+        self._away = {}
         self._bytes = 0
         self.live = False
 

@@ -151,7 +151,7 @@ class Server:
             self._settings.emit_named("", EventKind.REDIS_DOWN, error=error)
         else:
             logger.warning("Redis answers again")
-            self._calls.kept.clear()  # what was kept while it was away: Redis has the say again
+            self._calls.kept.answered()  # what was kept while it was away: Redis has the say again
             self._settings.emit_named("", EventKind.REDIS_UP)
 
     def translated(self, failure: BaseException, doing: str) -> StampedeError:
