@@ -21,6 +21,7 @@ import redis.asyncio
 
 import stampede
 import stampede.asyncio
+from stampede._async.reads import MOST_READS
 from stampede._core.keys import KeySpace
 from stampede.testing import ConnectionPeak
 from tests.helpers import Rebuilds, run_threads, wait_until
@@ -36,7 +37,7 @@ def own_url(server: Any) -> str:
     return str(server.url)
 
 
-def test_threads_of_one_process_share_one_rebuild_and_a_handful_of_connections(own_url: str) -> None:
+def test_threads_of_one_process_share_one_rebuild_and_a_bounded_number_of_connections(own_url: str) -> None:
     client = redis.Redis.from_url(own_url, socket_timeout=5)
     sf = stampede.Stampede(client, namespace="crowd")
     rebuild = Rebuilds(delay=0.5)
@@ -44,8 +45,8 @@ def test_threads_of_one_process_share_one_rebuild_and_a_handful_of_connections(o
         results = run_threads(CROWD, lambda: sf.get_or_rebuild("cold", rebuild))
     assert results == ["v1"] * CROWD
     assert rebuild.count == 1
-    # The leader's commands, the shared first GET and the subscriber: not one per waiter.
-    assert conns.peak <= 5
+    # The leader's commands, the shared first GETs and the subscriber: not one per waiter.
+    assert conns.peak <= MOST_READS + 5
     sf.close()
     client.close()
 
@@ -68,13 +69,15 @@ def test_read_and_commit_from_hundreds_of_threads_hand_out_one_lease(own_url: st
         results = run_threads(CROWD, request)
     assert results == ["v1"] * CROWD
     assert rebuilds.count == 1
-    assert conns.peak <= 5
+    assert conns.peak <= MOST_READS + 5
     sf.close()
     client.close()
 
 
 @pytest.mark.parametrize("split", [False, True], ids=["get_or_rebuild", "read-commit"])
-def test_tasks_of_one_loop_share_one_rebuild_and_a_handful_of_connections(own_url: str, split: bool) -> None:
+def test_tasks_of_one_loop_share_one_rebuild_and_a_bounded_number_of_connections(
+    own_url: str, split: bool
+) -> None:
     runs = 0
 
     async def rebuild() -> str:
@@ -107,7 +110,7 @@ def test_tasks_of_one_loop_share_one_rebuild_and_a_handful_of_connections(own_ur
         results = asyncio.run(crowd())
     assert results == ["v1"] * CROWD
     assert runs == 1
-    assert conns.peak <= 5
+    assert conns.peak <= MOST_READS + 5
 
 
 def test_a_blocking_call_on_an_event_loop_thread_never_waits_for_a_lease(

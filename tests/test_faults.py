@@ -4,7 +4,7 @@ and paused, all at random under load, and what must hold throughout.
 
 Three worker processes (threads with ``get_or_rebuild``, asyncio tasks with
 ``get_or_rebuild``, threads with ``read`` then ``commit``) call a few keys in a
-loop through :class:`~tests.proxy.FaultyProxy`. A writer in this process
+loop through :class:`~support.proxies.FaultyProxy`. A writer in this process
 bumps a key's version in the "database" (a second Redis, never harmed) and
 then deletes or invalidates the key, as an application's save would. Then:
 
@@ -41,8 +41,8 @@ import redis
 import stampede
 from stampede._core import breaker
 from stampede.testing import RedisServer
+from support.proxies import FaultyProxy
 from tests import soak_worker
-from tests.proxy import FaultyProxy
 
 pytestmark = pytest.mark.slow
 

@@ -22,9 +22,9 @@ import stampede
 import stampede.asyncio
 from stampede import ConfigurationError
 from stampede.testing import RedisServer
+from support.proxies import FaultyProxy
 from tests.drivers import DRIVERS
 from tests.helpers import Rebuilds, commands_processed, due, past_the_coherence_bound, wait_until
-from tests.proxy import FaultyProxy
 
 
 @pytest.fixture(params=[3, 2], ids=["resp3", "resp2"])

@@ -22,7 +22,7 @@ from stampede.testing import RedisServer
 from .._common.installed import importable
 from .._common.workload import make_value
 from ..peers.base import STALE_TTL
-from ._outages import Boundaries, Fault, Plan, Sample, inflict
+from ._outages import Boundaries, Fault, Plan, Sample, inflict, reach
 
 __all__ = ["CORE_PEERS", "CorePeer", "CoreRun", "call_through"]
 
@@ -120,8 +120,8 @@ def call_through(
         time.sleep(rebuild_seconds)
         return value
 
-    with RedisServer() as server:
-        call, close = peer.open(server.url, socket_timeout)
+    with RedisServer() as server, reach(server, fault) as (url, proxy):
+        call, close = peer.open(url, socket_timeout)
         try:
             for name in names:
                 call(name, rebuild)
@@ -150,7 +150,7 @@ def call_through(
             for worker in workers:
                 worker.start()
             time.sleep(warmup)
-            bounds = inflict(server, fault, plan, log)
+            bounds = inflict(server, fault, plan, log, proxy)
             stop.set()
             deadline = time.monotonic() + 120.0
             for worker in workers:

@@ -23,7 +23,7 @@ from support.app_servers import SERVERS, Server
 from ..load._apps import app_server
 from ..load._apps.outage_config import AppConfig, CacheName
 from ..load._timeline import Timeline
-from ._outages import Boundaries, Fault, Plan, Sample, inflict
+from ._outages import Boundaries, Fault, Plan, Sample, inflict, reach
 
 __all__ = ["PATH", "Readers", "SiteRun", "serve_through", "site_server"]
 
@@ -132,10 +132,14 @@ def serve_through(
     log: Callable[[str], None],
 ) -> SiteRun:
     """Serve the page on ``cache`` under ``server``, read by ``clients`` clients through ``fault``."""
-    with RedisServer() as redis, tempfile.TemporaryDirectory(prefix="stampede-outage-") as workdir:
+    with (
+        RedisServer() as redis,
+        reach(redis, fault) as (url, proxy),
+        tempfile.TemporaryDirectory(prefix="stampede-outage-") as workdir,
+    ):
         config = AppConfig(
             cache=cache,
-            redis_url=redis.url,
+            redis_url=url,
             page_timeout=PAGE_TIMEOUT,
             render_seconds=render_seconds,
             socket_timeout=socket_timeout,
@@ -153,7 +157,7 @@ def serve_through(
                 log(f"  the first GET {PATH} answered {status}")
             with Readers(running.port, PATH, clients, timeout=PATIENCE) as readers:
                 time.sleep(WARMUP)
-                bounds = inflict(redis, fault, plan, log)
+                bounds = inflict(redis, fault, plan, log, proxy)
             time.sleep(render_seconds)  # a render the last requests began ends and is logged
             running.check()
             renders = [render.start for render in Timeline(workdir, "page").renders()]

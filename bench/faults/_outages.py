@@ -1,6 +1,6 @@
 """The outage benchmark's faults and phases: Redis up, then away (killed, or frozen as behind a
-firewall that drops packets), then back; when each phase began; and what the callers' samples
-say of each phase.
+firewall that drops packets) or slow (every reply held back), then back; when each phase began;
+and what the callers' samples say of each phase.
 
 Everything is timed by the wall clock (``time.time()``) where a moment is compared across
 processes (a render in the app server began in which phase?), and by ``time.perf_counter()``
@@ -9,13 +9,15 @@ where a duration is measured.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from stampede.testing import RedisServer
+from support.proxies import LagProxy
 
 from .._common.stats import percentile
 
@@ -30,11 +32,12 @@ __all__ = [
     "Sample",
     "Tally",
     "inflict",
+    "reach",
     "tally",
 ]
 
-Fault = Literal["kill", "blackhole"]
-FAULTS: tuple[Fault, ...] = ("kill", "blackhole")
+Fault = Literal["kill", "blackhole", "slow"]
+FAULTS: tuple[Fault, ...] = ("kill", "blackhole", "slow")
 Phase = Literal["up", "fault", "back"]
 PHASES: tuple[Phase, ...] = ("up", "fault", "back")
 
@@ -42,7 +45,10 @@ PHASES: tuple[Phase, ...] = ("up", "fault", "back")
 DOING: dict[Fault, str] = {
     "kill": "redis-server killed (connections refused), then started again empty on its port",
     "blackhole": "redis-server frozen by SIGSTOP (connections made, nothing answered), then SIGCONT",
+    "slow": "every reply of redis-server held back 300 ms by a proxy on the way (requests go at once)",
 }
+#: Seconds the ``slow`` fault holds each reply back.
+SLOW_LAG = 0.3
 
 
 @dataclass(frozen=True)
@@ -99,17 +105,40 @@ def _sleep_until(moment: float) -> None:
     time.sleep(max(0.0, moment - time.time()))
 
 
-def inflict(server: RedisServer, fault: Fault, plan: Plan, log: Callable[[str], None]) -> Boundaries:
-    """Leave ``server`` up for ``plan.up`` seconds, take it away by ``fault`` for ``plan.fault``,
-    bring it back and wait ``plan.back`` more; when each phase began. The fault's phase ends once
-    the server answers again (a killed one answers ``PING``)."""
+@contextlib.contextmanager
+def reach(server: RedisServer, fault: Fault) -> Iterator[tuple[str, LagProxy | None]]:
+    """The URL the callers of a run under ``fault`` are given: ``server``'s own, or for ``slow`` a
+    proxy's in front of it (faithful until :func:`inflict` slows it), with the proxy."""
+    if fault != "slow":
+        yield server.url, None
+        return
+    with LagProxy(server.port) as proxy:
+        yield proxy.url, proxy
+
+
+def inflict(
+    server: RedisServer, fault: Fault, plan: Plan, log: Callable[[str], None], proxy: LagProxy | None = None
+) -> Boundaries:
+    """Leave ``server`` up for ``plan.up`` seconds, take it away (or slow ``proxy``) by ``fault``
+    for ``plan.fault``, bring it back and wait ``plan.back`` more; when each phase began. The
+    fault's phase ends once the server answers again (a killed one answers ``PING``)."""
     up = time.time()
     _sleep_until(up + plan.up)
     away = time.time()
-    server.stop() if fault == "kill" else server.pause()
-    log(f"  {fault}: Redis away for {plan.fault:g} s")
+    if fault == "slow":
+        if proxy is None:
+            raise ValueError("the slow fault needs the proxy of reach()")
+        proxy.lag = SLOW_LAG
+    else:
+        server.stop() if fault == "kill" else server.pause()
+    log(f"  {fault}: Redis {'slow' if fault == 'slow' else 'away'} for {plan.fault:g} s")
     _sleep_until(away + plan.fault)
-    server.start() if fault == "kill" else server.resume()
+    if proxy is not None:
+        proxy.lag = 0.0
+    elif fault == "kill":
+        server.start()
+    else:
+        server.resume()
     back = time.time()
     log(f"  {fault}: Redis back")
     _sleep_until(back + plan.back)

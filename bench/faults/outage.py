@@ -1,11 +1,12 @@
 """``python -m bench outage``: what callers see while Redis goes away and comes back, stampede
 beside its stock peers.
 
-Two faults, each in three phases (5 s up, 10 s away, 5 s back): ``kill`` stops the redis-server
-(connections refused) and starts it again, empty, on its port; ``blackhole`` freezes it with
-SIGSTOP (connections are made, nothing answers: a firewall dropping packets, a hung host) and
-thaws it with SIGCONT. Every cache is given a socket timeout and a connect timeout of 1 s, its
-own way, and a fresh redis-server per run.
+Three faults, each in three phases (5 s up, 10 s away, 5 s back): ``kill`` stops the
+redis-server (connections refused) and starts it again, empty, on its port; ``blackhole`` freezes
+it with SIGSTOP (connections are made, nothing answers: a firewall dropping packets, a hung host)
+and thaws it with SIGCONT; ``slow`` holds every reply back 300 ms in a proxy on the way (a busy
+server, a saturated link), then lets them through at once again. Every cache is given a socket
+timeout and a connect timeout of 1 s, its own way, and a fresh redis-server per run.
 
 - The site: a Django view under Django's own ``cache_page`` (a render of 0.2 s, counted in a
   file) served by gunicorn gthread (else waitress) in a process of its own, read by 30 client
@@ -134,14 +135,14 @@ def site(plan: Plan, caches: Sequence[CacheName], faults: Sequence[Fault], log: 
             f"no expiry within the run), {server.described}; {CLIENTS} client threads, each on a "
             f"keep-alive connection, ask for it one request after another (a client waits "
             f"{PATIENCE:g} s for an answer). Fault: {DOING[fault]}. {_phases(plan, WARMUP)} A request "
-            "under way at any moment Redis was away is counted in the fault's phase, any other in the "
-            "phase it began in; its time runs from sent to answered (or failed). Renders/s: the "
+            "under way at any moment Redis was away (or slow) is counted in the fault's phase, any "
+            "other in the phase it began in; its time runs from sent to answered (or failed). Renders/s: the "
             "renders begun in the phase over its length. Socket and connect timeouts "
             f"{SOCKET_TIMEOUT:g} s for every cache; each on a fresh redis-server and a fresh server. "
             f"{_versions()}."
         )
         table = Table(headers, rows, "ll" + "r" * (len(headers) - 2))
-        title = f"Redis away ({fault}): a cached Django page under {server.name}"
+        title = f"{_fault_title(fault)}: a cached Django page under {server.name}"
         sections.append(Section(title, intro, table, fault_notes))
     return sections
 
@@ -199,13 +200,13 @@ def core(plan: Plan, peers: Sequence[CorePeer], faults: Sequence[Fault], log: Lo
             f"{KEYS} keys in turn (a rebuild of {REBUILD_SECONDS * 1000:.0f} ms; every key cached "
             f"before the start, fresh for the whole run). Fault: {DOING[fault]}. "
             f"{_phases(plan, CORE_WARMUP)} "
-            "A call under way at any moment Redis was away is counted in the fault's phase, any other "
-            "in the phase it began in; errors: calls that raised; rebuilds/s: the rebuilds begun in "
-            "the phase over its length. Socket and connect timeouts "
+            "A call under way at any moment Redis was away (or slow) is counted in the fault's "
+            "phase, any other in the phase it began in; errors: calls that raised; rebuilds/s: the "
+            "rebuilds begun in the phase over its length. Socket and connect timeouts "
             f"{SOCKET_TIMEOUT:g} s; each cache on a fresh redis-server. {_versions()}."
         )
         table = Table(headers, rows, "ll" + "r" * (len(headers) - 2))
-        sections.append(Section(f"Redis away ({fault}): the core, no web server", intro, table, fault_notes))
+        sections.append(Section(f"{_fault_title(fault)}: the core, no web server", intro, table, fault_notes))
     return sections
 
 
@@ -223,6 +224,10 @@ def _core_row(label: str, phase: Phase, counted: Tally) -> list[str]:
 
 
 # --- shared ---------------------------------------------------------------------------------
+
+
+def _fault_title(fault: Fault) -> str:
+    return "Redis slow (+300 ms a reply)" if fault == "slow" else f"Redis away ({fault})"
 
 
 def _phases(plan: Plan, warmup: float) -> str:
@@ -287,7 +292,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--back", type=float, default=PLAN.back, help="seconds after it is back (default 5)")
     parser.add_argument("--quick", action="store_true", help="halve the three durations")
     parser.add_argument("--part", action="append", choices=PARTS, help="site or core (repeatable)")
-    parser.add_argument("--fault", action="append", choices=FAULTS, help="kill or blackhole (repeatable)")
+    parser.add_argument(
+        "--fault", action="append", choices=FAULTS, help="kill, blackhole or slow (repeatable)"
+    )
     parser.add_argument("--cache", action="append", choices=CACHES, help="the site's caches (repeatable)")
     args = parser.parse_args(argv)
     plan = Plan(args.up, args.down, args.back)

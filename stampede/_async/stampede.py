@@ -176,7 +176,7 @@ class Stampede(AsyncLeases, AsyncOperations):
         if self._near is not None:
             self._subscriber.track(self._near)
             self._subscriber.track(settings.tags)  # tag states, dropped as soon as they change
-        self._reads = AsyncSharedReads(self._server, self._near)
+        self._reads = AsyncSharedReads(self._server, self._near, self._settings.tags)
         self._groups = AsyncGroups(settings, self._server, self._reads)
         self._lookups = AsyncLookups(
             settings, self._server, self._reads, self._groups, self._subscriber, self._near

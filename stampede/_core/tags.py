@@ -76,6 +76,9 @@ _MAX_STATES = 10_000
 _NOT_READ = (0, 0, float("-inf"), False)
 #: While Redis fails to answer for a state, how often it is asked again at least.
 _RETRY_AFTER_FAILURE = 0.1
+#: Seconds the namespace's state is trusted past its lapse by the reply of a GET sent before it
+#: (see ``TagStates.namespace_as_sent``): long enough for the caller to judge what it brought.
+_AS_SENT_GRACE = 0.02
 
 
 class Captured(NamedTuple):
@@ -187,6 +190,15 @@ def versions_for(
     return tuple(recorded)
 
 
+class _Fills:
+    """The GETs of one tag's state under way together (see ``TagStates.begin_fill``)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 class TagStates:
     """The tag states this process read lately, by tag id: ``(current,
     deleted, until, tracked)``, ``until`` on the monotonic clock.
@@ -200,8 +212,8 @@ class TagStates:
     """
 
     __slots__ = (
-        *("_filling", "_lock", "_monotonic", "_states", "interval", "live", "namespace", "on_change"),
-        "prefix",
+        *("_filling", "_lock", "_monotonic", "_read_until", "_states", "interval", "live", "namespace"),
+        *("on_change", "prefix"),
     )
 
     def __init__(self, prefix: bytes, interval: float) -> None:
@@ -218,10 +230,11 @@ class TagStates:
         # how long a state read from Redis is trusted.
         self._monotonic = time.monotonic
         self._states: dict[bytes, tuple[int, int, float, bool]] = {}
-        self._filling: dict[bytes, object] = {}
+        self._filling: dict[bytes, _Fills] = {}
         self._lock = threading.Lock()
         #: The namespace's state, kept apart: every read checks it.
         self.namespace: tuple[int, int, float, bool] = _NOT_READ
+        self._read_until = _NOT_READ[2]  # the namespace's state known lately until, as read
         self.live = False  # tracked (see the near cache); states expire all the same
         #: Called when a state held changes (the near cache's hot index was
         #: judged by the states held).
@@ -316,6 +329,25 @@ class TagStates:
                     self._states[tag] = (found[0], found[1], until, found[3])
         return held
 
+    def namespace_due(self, at: float) -> bool:
+        """Whether the namespace's state, as last read, is no longer known
+        lately at ``at`` (monotonic): a GET of an entry whose reply comes
+        then asks for the state too (see ``namespace_as_sent``). Never with a
+        ``tag_check_interval`` of 0: every judge then reads it itself."""
+        return self.interval > 0 and at >= self._read_until
+
+    def namespace_as_sent(self, sent: float) -> None:
+        """A GET of an entry sent at ``sent`` (monotonic) came back after the
+        namespace's state lapsed: if the state was read lately when the GET
+        was sent, it judges what the GET brought (trusted a moment longer)
+        rather than cost the caller one more round trip. Only GETs sent
+        while the state was known lately do this: never a chain of them."""
+        with self._lock:
+            state = self.namespace
+            now = self._monotonic()
+            if state is not _NOT_READ and now >= state[2] and sent < self._read_until:
+                self.namespace = (state[0], state[1], now + _AS_SENT_GRACE, state[3])
+
     def known(self, ids: Iterable[bytes]) -> dict[bytes, tuple[int, int]] | None:
         """The states of ``ids`` if all are known lately, else ``None``."""
         now = self._monotonic()
@@ -345,26 +377,49 @@ class TagStates:
         return name[len(self.prefix) : -len(SUFFIX)]
 
     def begin_fill(self, name: bytes) -> object:
-        """Before the ``GET`` of the state key ``name`` is sent: a token for :meth:`end_fill`."""
-        token = object()
-        self._filling[self.tag_of(name)] = token
-        return token
-
-    def end_fill(self, name: bytes, token: object | None, raw: Any) -> None:
-        """After the ``GET``: keep the state read unless it changed meanwhile."""
+        """Before the ``GET`` of the state key ``name`` is sent: a token for
+        :meth:`end_fill`. The GETs under way together share one: each reply
+        is kept (a caller judges by the state its own reply brought), and a
+        change Redis tells of meanwhile voids them all."""
         tag = self.tag_of(name)
         with self._lock:
-            if self._filling.get(tag) is token:
-                del self._filling[tag]
-                self._keep(tag, parse_state(raw, tag), self.live)
+            fills = self._filling.get(tag)
+            if fills is None:
+                fills = self._filling[tag] = _Fills()
+            fills.count += 1
+        return fills
+
+    def end_fill(self, name: bytes, token: object | None, raw: Any) -> None:
+        """After the ``GET``: keep the state read unless it changed meanwhile
+        or a reply sent later brought a newer one."""
+        tag = self.tag_of(name)
+        with self._lock:
+            if self._ended(tag, token):
+                state = parse_state(raw, tag)
+                held = self.namespace if tag == NAMESPACE else self._states.get(tag)
+                if (
+                    held is not None
+                    and (held[0] > state[0] or held[1] > state[1])
+                    and self._monotonic() < held[2]
+                ):
+                    return  # a reply that overtook this one (versions only rise)
+                self._keep(tag, state, self.live)
 
     def drop_fill(self, name: bytes, token: object | None) -> None:
         """The ``GET`` failed or was abandoned: nothing was read, nothing is kept
         (a missing key reads as ``None`` too, and means something)."""
-        tag = self.tag_of(name)
         with self._lock:
-            if self._filling.get(tag) is token:
-                del self._filling[tag]
+            self._ended(self.tag_of(name), token)
+
+    def _ended(self, tag: bytes, token: object | None) -> bool:
+        """One GET of ``tag``'s state is done; whether its token still holds. Under the lock."""
+        fills = self._filling.get(tag)
+        if fills is None or fills is not token:
+            return False
+        fills.count -= 1
+        if fills.count <= 0:
+            del self._filling[tag]
+        return True
 
     def learned(self, tag: bytes, raw: Any) -> tuple[int, int]:
         """A state this process just wrote (or read with a capture): kept at
@@ -381,6 +436,7 @@ class TagStates:
         if tag == NAMESPACE:
             held: tuple[int, int, float, bool] | None = self.namespace
             self.namespace = kept
+            self._read_until = kept[2]
         else:
             states = self._states
             if len(states) >= _MAX_STATES and tag not in states:

@@ -177,7 +177,7 @@ class Stampede(Leases, Operations):
         if self._near is not None:
             self._subscriber.track(self._near)
             self._subscriber.track(settings.tags)  # tag states, dropped as soon as they change
-        self._reads = SharedReads(self._server, self._near)
+        self._reads = SharedReads(self._server, self._near, self._settings.tags)
         self._groups = Groups(settings, self._server, self._reads)
         self._lookups = Lookups(
             settings, self._server, self._reads, self._groups, self._subscriber, self._near
