@@ -304,3 +304,43 @@ def test_while_redis_is_away_the_near_cache_serves_its_copies_within_their_stale
     # Redis answers again (empty, restarted): what it holds is served, not the copies held apart.
     wait_until(lambda: sf.get_or_rebuild("fresh", Rebuilds(lambda n: "rebuilt")) == "rebuilt")
     assert sf._near.held_away(keys("fresh").value) is None
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_while_redis_is_away_readers_that_come_at_once_wait_for_the_one_that_renders(
+    make_driver: Any, server: RedisServer
+) -> None:
+    # A crowd of Django gets at once, Redis away: one of them renders (it gets
+    # the lease of the process alone) and sets; every other is served that.
+    sf = _quick(make_driver, server.url, fail_open=True)
+    server.stop()
+    try:
+        for round_ in range(5):
+            results = _crowd_reading(sf, f"page{round_}", 16)
+            assert sorted(results) == [(False, None, True)] + [(True, "rendered", False)] * 15
+    finally:
+        server.start()
+
+
+def _crowd_reading(sf: Any, key: str, count: int) -> list[tuple[bool, Any, bool]]:
+    """``count`` threads read ``key`` at once; the one given a lease renders and
+    commits. What each read found, its value and whether it got the lease."""
+    results: list[tuple[bool, Any, bool]] = []
+    lock = threading.Lock()
+    start = threading.Barrier(count)
+
+    def read() -> None:
+        start.wait()
+        found = sf.read(key)
+        if found.lease is not None:
+            threading.Event().wait(0.05)  # the render
+            sf.commit(found.lease, "rendered")
+        with lock:
+            results.append((found.found, found.value, found.lease is not None))
+
+    readers = [threading.Thread(target=read) for _ in range(count)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join(20)
+    return results

@@ -70,6 +70,11 @@ def until_rebuild(steps: Steps) -> Steps:
             reply, failure = None, exc
 
 
+#: What ``Calls._lease_for`` answers when another caller of this process holds
+#: the lease of the process alone (Redis failing, under fail_open).
+_HELD_ALONE = Read(False)
+
+
 class Calls:
     """The machines of one instance's calls, and what its callers in this
     process share: their flights by key (``new_event`` makes the flavour's
@@ -277,12 +282,14 @@ class Calls:
         clock = self.settings.clock
         flight_key = (keys.value, "read")
         deadline = clock.monotonic() + options.wait_timeout
-        if lookup.entry is None and can_wait:
-            alone = yield from self._rebuilt_alone(keys, deadline)
-            if alone is not None:
-                return alone
         missed = False  # whether this call was reported as a miss
         while True:
+            if lookup.entry is None and can_wait:
+                # Checked again after each flight waited for: the one that
+                # came first may have taken the lease of the process alone.
+                alone = yield from self._rebuilt_alone(keys, deadline)
+                if alone is not None:
+                    return alone
             flight, leader = self.flights.join(flight_key)
             if leader:
                 break
@@ -321,6 +328,13 @@ class Calls:
         except BaseException as exc:
             self.flights.finish(flight_key, flight, error=exc)
             raise
+        if read is _HELD_ALONE:
+            # Redis failed, and another caller of this process took the lease
+            # of the process alone meanwhile: this one (and those who waited
+            # on it) waits for its write, as a caller that came later does.
+            self.flights.finish(flight_key, flight, value=LEASE_TAKEN)
+            alone = (yield from self._rebuilt_alone(keys, deadline)) if can_wait else None
+            return alone if alone is not None else Read(False, unfilled=flow.unfilled)
         if read is None:
             read = Read(True, outcome)
         self.flights.finish(flight_key, flight, value=LEASE_TAKEN if read.lease is not None else read)
@@ -355,12 +369,13 @@ class Calls:
                 # process that come meanwhile, who wait for its write (one
                 # rebuild per key per process, as get_or_rebuild's).
                 held, leads = self.flights.join((keys.value, "alone"))
-                if leads:
-                    now = self.settings.clock.monotonic()
-                    held.until = now + options.lease_ttl
-                    lease = Lease(keys, "", flow, options, now, None, on_miss=True)
-                    lease._alone = held
-                    return Read(False, None, lease, None)
+                if not leads:
+                    return _HELD_ALONE
+                now = self.settings.clock.monotonic()
+                held.until = now + options.lease_ttl
+                lease = Lease(keys, "", flow, options, now, None, on_miss=True)
+                lease._alone = held
+                return Read(False, None, lease, None)
             return Read(False, unfilled=flow.unfilled)
         lease = Lease(
             keys,
