@@ -1,11 +1,13 @@
-"""Redis away, slow or full, for real (a redis-server stopped, frozen with
-SIGSTOP, or at its maxmemory): what every call answers under ``fail_open``,
-what it raises without, the circuit breaker, and the removals owed across an
-outage."""
+"""Redis away, slow, full or refusing, for real (a redis-server stopped,
+frozen with SIGSTOP, at its maxmemory, busy with a script, a replica, at its
+client limit): what every call answers under ``fail_open``, what it raises
+without, the circuit breaker, and the removals owed across an outage."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -354,3 +356,99 @@ def _crowd_reading(sf: Any, key: str, count: int) -> list[tuple[bool, Any, bool]
     for reader in readers:
         reader.join(20)
     return results
+
+
+# --- refusals the server answers ------------------------------------------------
+
+
+@contextlib.contextmanager
+def _busy(server: RedisServer) -> Iterator[None]:
+    """``server`` running a script that loops (past a 100 ms limit, every other
+    client is answered ``BUSY``), killed on the way out."""
+    admin = redis.Redis.from_url(server.url)
+    admin.config_set("lua-time-limit", 100)
+    blocker = redis.Redis.from_url(server.url)
+    looping = threading.Thread(target=lambda: _swallow(lambda: blocker.eval("while true do end", 0)))
+    looping.start()
+    wait_until(lambda: _answers_busy(server.url))
+    try:
+        yield
+    finally:
+        wait_until(lambda: _swallow(admin.script_kill) or not looping.is_alive())
+        looping.join(10)
+        blocker.close()
+        admin.close()
+
+
+def _swallow(call: Any) -> bool:
+    try:
+        call()
+    except redis.exceptions.ResponseError:
+        return False
+    return True
+
+
+def _answers_busy(url: str) -> bool:
+    with redis.Redis.from_url(url) as probe:
+        try:
+            probe.get("probe")
+        except redis.exceptions.ResponseError as exc:
+            return "BUSY" in str(exc)
+    return False
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_busy_server_is_an_error_named_busy_and_fail_open_goes_on_without_it(
+    make_driver: Any, server: RedisServer
+) -> None:
+    strict = _quick(make_driver, server.url)
+    lenient = _quick(make_driver, server.url, fail_open=True)
+    strict.set("k", "stored", ttl=600)
+    with _busy(server):
+        with pytest.raises(RedisUnavailableError) as raised:
+            strict.get("k")
+        assert raised.value.code == "BUSY"
+        assert lenient.get_or_rebuild("cold", lambda: "rebuilt") == "rebuilt"
+        assert lenient.get("k") is None
+    assert strict.get("k").value == "stored"
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_replica_refuses_writes_as_readonly_and_reads_go_on(make_driver: Any, server: RedisServer) -> None:
+    with RedisServer(args=["--replicaof", "127.0.0.1", str(server.port)]) as replica:
+        primary = redis.Redis.from_url(server.url)
+        with redis.Redis.from_url(replica.url) as watched:
+            wait_until(lambda: watched.info("replication").get("master_link_status") == "up")
+        writer = make_driver(server.url)
+        writer.set("k", "stored", ttl=600)
+        strict = _quick(make_driver, replica.url)
+        lenient = _quick(make_driver, replica.url, fail_open=True)
+        wait_until(lambda: strict.get("k") is not None)
+        assert strict.get("k").value == "stored"
+        with pytest.raises(RedisUnavailableError) as raised:
+            strict.set("k", "mine")
+        assert raised.value.code == "READONLY"
+        lenient.set("k", "mine")  # dropped: the replica holds what its primary wrote
+        assert strict.get("k").value == "stored"
+        assert lenient.get_or_rebuild("cold", lambda: "rebuilt") == "rebuilt"
+        assert strict.get_or_rebuild("k", lambda: "rebuilt", ttl=600) == "stored"
+        primary.close()
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_server_at_its_client_limit_is_an_error_named_maxclients(
+    make_driver: Any, server: RedisServer
+) -> None:
+    admin = redis.Redis.from_url(server.url)
+    admin.ping()
+    strict = _quick(make_driver, server.url)
+    lenient = _quick(make_driver, server.url, fail_open=True)
+    admin.config_set("maxclients", 1)  # the admin's own connection is the one
+    try:
+        with pytest.raises(RedisUnavailableError) as raised:
+            strict.get_or_rebuild("k", lambda: "rebuilt")
+        assert raised.value.code == "MAXCLIENTS"
+        assert lenient.get_or_rebuild("k", lambda: "rebuilt") == "rebuilt"
+    finally:
+        admin.config_set("maxclients", 10000)
+        admin.close()
