@@ -1,8 +1,8 @@
 """A Django site under waitress with ``FAIL_OPEN`` while its Redis goes away
 (stopped, or frozen as behind a firewall that drops packets) and comes back:
 every request is answered 200, through ``cache_page`` (whose header lists
-are read first) and ``get_or_set``; and a removal made meanwhile is sent
-once Redis answers."""
+are read first), ``get_or_set``, ``{% cache %}`` and cache-aside; and a
+removal made meanwhile is sent once Redis answers."""
 
 from __future__ import annotations
 
@@ -22,6 +22,9 @@ from tests.helpers import wait_until
 pytestmark = pytest.mark.slow
 
 CLIENTS = 30
+#: Every way a Django site caches: Django's cache_page, get_or_set, the
+#: {% cache %} template tag, and cache-aside (a get, and a set on a miss).
+PATHS = ["/page", "/get-or-set", "/fragment", "/aside"]
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ def test_every_request_is_answered_while_redis_is_away_and_after(
         }
     }
     app = serve(caches)
-    with Readers(app.server.port, ["/page", "/get-or-set"], CLIENTS, timeout=30) as readers:
+    with Readers(app.server.port, PATHS, CLIENTS, timeout=30) as readers:
         wait_until(lambda: readers.count() >= CLIENTS)
         away, renders_before = readers.count(), app.renders()
         server.pause() if fault == "frozen" else server.stop()
