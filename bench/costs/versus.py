@@ -8,6 +8,13 @@ child times ``get_or_rebuild`` hits of a small dict (blocking and asyncio,
 without and with a near cache) against one redis-server, in CPU time of
 the calling process (the round trip's wait is the server's, not ours). The
 table shows each case's median over the rounds and ``new/old``.
+
+``--instructions`` counts instead of timing, for a figure that shared,
+noisy cores cannot move: each case runs in a child under ``valgrind
+--tool=callgrind`` twice, with no hits and with ``--calls`` hits, and the
+difference over the calls is the instructions per hit (the client's: the
+server is another process). Slow (a minute per case and checkout), and
+needs valgrind.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import argparse
 import asyncio
 import json
 import os
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -93,20 +102,115 @@ def _child(url: str) -> dict[str, float]:
     return timings
 
 
+CASES = ("blocking", "blocking, near cache", "asyncio", "asyncio, near cache")
+#: How many times more near hits than remote hits a count makes.
+NEAR_CALLS = 20
+
+
+def _count_child(url: str, case: str, calls: int) -> None:
+    """Set ``case`` up as :func:`_child` does, then make ``calls`` hits of it, untimed
+    (valgrind counts the instructions of the whole process)."""
+    import redis
+    import redis.asyncio
+
+    import stampede
+    import stampede.asyncio
+
+    near = 1000 if case.endswith("near cache") else None
+    if near:
+        calls *= NEAR_CALLS  # a near hit is short: more of them, to drown the listener thread's work
+    # The namespace's state read once: under valgrind a hit is slow, and its state would lapse.
+    options: dict[str, Any] = {"namespace": f"count-{near}", "near_cache": near, "tag_check_interval": 60}
+    if case.startswith("blocking"):
+        with stampede.Stampede(redis.Redis.from_url(url, socket_timeout=5), **options) as sf:
+            for _ in range(2):
+                sf.get_or_rebuild("k", lambda: VALUE, ttl=3600)
+                time.sleep(0.2)  # the near cache's tracking is live by then
+            for _ in range(calls):
+                sf.get_or_rebuild("k", lambda: VALUE, ttl=3600)
+        return
+
+    async def run() -> None:
+        async def avalue() -> Any:
+            return VALUE
+
+        asf = stampede.asyncio.Stampede(redis.asyncio.Redis.from_url(url, socket_timeout=5), **options)
+        for _ in range(2):
+            await asf.get_or_rebuild("k", avalue, ttl=3600)
+            await asyncio.sleep(0.2)
+        for _ in range(calls):
+            await asf.get_or_rebuild("k", avalue, ttl=3600)
+        await asf.aclose()
+        await asf.client.aclose()
+
+    asyncio.run(run())
+
+
+def _instructions(root: str, url: str, case: str, calls: int) -> int:
+    """The instructions a child for ``case`` under checkout ``root`` ran in all, per callgrind."""
+    done = subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--callgrind-out-file=/dev/null",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--count-child",
+            url,
+            case,
+            str(calls),
+        ],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([root, os.path.join(root, "integrations")])},
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+        timeout=1800,
+    )
+    found = re.search(r"refs:\s+([\d,]+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"no instruction count in valgrind's output: {done.stderr[-500:]}")
+    return int(found.group(1).replace(",", ""))
+
+
+def _count(checkouts: dict[str, str], url: str, calls: int) -> None:
+    print(f"{'hit':24s} {'old (instr)':>12s} {'new (instr)':>12s} {'new/old':>8s}")
+    for case in CASES:
+        made = calls * (NEAR_CALLS if case.endswith("near cache") else 1)
+        per_hit = {
+            which: (_instructions(root, url, case, calls) - _instructions(root, url, case, 0)) / made
+            for which, root in checkouts.items()
+        }
+        print(
+            f"{case:24s} {per_hit['old']:12.0f} {per_hit['new']:12.0f} {per_hit['new'] / per_hit['old']:8.3f}"
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:  # one checkout's timings, run by the parent below
         print(json.dumps(_child(argv[1])))
         return 0
+    if argv[:1] == ["--count-child"]:  # one case under valgrind, run by _instructions
+        _count_child(argv[1], argv[2], int(argv[3]))
+        return 0
     parser = argparse.ArgumentParser(prog="python -m bench versus", description=__doc__.splitlines()[0])
     parser.add_argument("old", help="a checkout of stampede (the baseline)")
     parser.add_argument("new", help="another checkout")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--instructions", action="store_true", help="count instructions (valgrind), not time")
+    parser.add_argument("--calls", type=int, default=2000, help="hits per case counted (--instructions)")
     args = parser.parse_args(argv)
     from stampede.testing import RedisServer
 
     results: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     checkouts = {"old": os.path.abspath(args.old), "new": os.path.abspath(args.new)}
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            parser.error("--instructions needs valgrind (Debian: apt install valgrind)")
+        with RedisServer() as server:
+            _count(checkouts, server.url, args.calls)
+        return 0
     with RedisServer() as server:
         for round_ in range(args.rounds):
             order = ("old", "new") if round_ % 2 == 0 else ("new", "old")
