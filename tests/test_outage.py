@@ -452,3 +452,26 @@ def test_a_server_at_its_client_limit_is_an_error_named_maxclients(
     finally:
         admin.config_set("maxclients", 10000)
         admin.close()
+
+
+def test_a_reply_sent_before_the_breaker_opened_does_not_close_it(server: RedisServer) -> None:
+    # Killed while a GET was on its way back: that reply says nothing of the
+    # server now, and must not close the breaker the next failure opened.
+    sf = stampede.Stampede.from_url(
+        server.url, fail_open=True, socket_timeout=0.5, socket_connect_timeout=0.5
+    )
+    sf.set("k", "v", ttl=600)
+    on_its_way = sf._server.admitted()  # sent while the breaker was closed
+    server.stop()
+    try:
+        assert sf.get("k") is None  # fails, fail_open: the breaker opens
+        assert sf._server.breaker.tripped
+        sf._server.answered(on_its_way)
+        assert sf._server.breaker.tripped
+    finally:
+        server.start()
+    # A probe, once the pause is over, closes it.
+    wait_until(
+        lambda: sf.get_or_rebuild("k", lambda: "rebuilt") == "rebuilt" and not sf._server.breaker.tripped
+    )
+    sf.close()

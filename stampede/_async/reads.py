@@ -15,7 +15,7 @@ import redis.exceptions
 from .._core.near import NearStore
 from .._core.tags import NAMESPACE, TagStates
 from .._primitives import AsyncEvent, AsyncSectionLock
-from .._protocol.errors import Skipped, lost_connection
+from .._protocol.errors import lost_connection
 from .server import AsyncServer
 
 __all__ = ["GATHER", "MOST_READS", "AsyncSharedReads"]
@@ -165,11 +165,9 @@ class AsyncSharedReads:
         token = near.begin_fill(name) if near is not None else None  # before the GET is sent
         server = self._server
         error: BaseException | None = None
-        breaker = server.breaker
         try:
             try:
-                if breaker.tripped and not breaker.admits():
-                    raise Skipped(breaker.error, breaker.retry_in())
+                probe = server.admitted()
                 reader = server.reader() if server.replicas else server.client
                 states = self._states
                 if store is None and states is not None:
@@ -189,8 +187,7 @@ class AsyncSharedReads:
                     self._trip = time.monotonic() - began
                 else:
                     raw = await reader.get(name)
-                if breaker.tripped:
-                    breaker.succeeded()
+                server.answered(probe)
             except AttributeError as exc:
                 lost = lost_connection(exc)
                 if lost is None:

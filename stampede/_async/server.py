@@ -99,6 +99,24 @@ class AsyncServer:
         replicas = self.replicas
         return random.choice(replicas) if replicas else self.client
 
+    def admitted(self) -> bool:
+        """Before a command: whether it goes as the circuit breaker's probe
+        (``False``: the breaker is closed); raises :class:`Skipped` while the
+        breaker skips Redis."""
+        breaker = self.breaker
+        if not breaker.tripped:
+            return False
+        if not breaker.admits():
+            raise Skipped(breaker.error, breaker.retry_in())
+        return True
+
+    def answered(self, probe: bool) -> None:
+        """A command was answered: the breaker closes if it went as the probe.
+        One sent before the breaker opened says nothing of the server now (its
+        reply may have been on the way when the server went), so it leaves it open."""
+        if probe:
+            self.breaker.succeeded()
+
     @contextmanager
     def errors(self, name: str, action: str) -> Iterator[None]:
         """Translate redis-py's exceptions into :class:`RedisUnavailableError`, once.
@@ -106,13 +124,10 @@ class AsyncServer:
         ``name``: the key concerned, for the message (``""``: several).
         """
         failure: Exception
-        breaker = self.breaker
         try:
-            if breaker.tripped and not breaker.admits():
-                raise Skipped(breaker.error, breaker.retry_in())
+            probe = self.admitted()
             yield
-            if breaker.tripped:
-                breaker.succeeded()
+            self.answered(probe)
             return
         except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             # RedisClusterException is not a RedisError (a cluster that cannot
