@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -16,6 +17,7 @@ import redis
 
 import stampede
 from stampede import RedisUnavailableError
+from stampede._core import owed
 from stampede._core.keys import KeySpace
 from stampede.testing import RedisServer
 from tests.helpers import Rebuilds, wait_until
@@ -144,7 +146,7 @@ def test_removals_made_while_redis_is_away_are_sent_when_it_answers(
     sf.set("gone", "old", ttl=600, tags=["g"])
     server.pause()
     try:
-        sf.set("written", "new")  # not stored: its older value is owed a delete
+        sf.set("written", "new")  # not stored: its older value is owed an invalidation
         assert sf.delete("deleted") is False
         assert sf.invalidate("invalidated") is False
         sf.invalidate_tags("t")
@@ -155,9 +157,10 @@ def test_removals_made_while_redis_is_away_are_sent_when_it_answers(
     # Nothing more is asked of the instance: it sends them in the background,
     # in order, one round trip each (so all of them are waited for, not the first).
     def all_sent() -> bool:
-        invalidated, tagged = other.get("invalidated"), other.get("tagged")
+        written, invalidated, tagged = other.get("written"), other.get("invalidated"), other.get("tagged")
         return (
-            other.get("written") is None
+            written is not None
+            and not written.is_fresh()
             and other.get("deleted") is None
             and invalidated is not None
             and not invalidated.is_fresh()
@@ -167,6 +170,39 @@ def test_removals_made_while_redis_is_away_are_sent_when_it_answers(
         )
 
     wait_until(all_sent, timeout=15)
+
+
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_removal_sent_late_reaches_only_what_was_written_before_it_was_asked(
+    make_driver: Any, server: RedisServer
+) -> None:
+    # This process loses Redis (a link that drops everything) while another
+    # still reaches it: what the other writes after this one's delete was
+    # asked is newer than the delete, and stays when the delete is sent at
+    # last; a rebuild whose lease was won before the delete stores nothing.
+    from support.proxies import FaultyProxy
+
+    other = make_driver(server.url)
+    with FaultyProxy(server.port) as proxy:
+        sf = _quick(make_driver, proxy.url, fail_open=True)
+        sf.set("k", "old", ttl=600)
+        sf.set("r", "old", ttl=1, stale_ttl=600)
+        wait_until(lambda: not other.get("r").is_fresh())
+        rebuilding = other.read("r")  # a rebuild begins: its lease is won now
+        assert rebuilding.lease is not None
+        proxy.freeze()
+        sf.delete("k")
+        sf.delete("r")
+        proxy.cut()  # the deletes sent into the frozen link never reach Redis
+        assert other.get("k").value == "old"
+        time.sleep(owed.CLOCK_LEEWAY + 0.1)  # past the time the deletes are sent as of
+        other.set("k", "newer", ttl=600)
+        proxy.heal()
+        wait_until(lambda: not sf._owed.pending, timeout=15)
+        newer = other.get("k")
+        assert (newer.value, newer.is_fresh()) == ("newer", True)
+        assert other.commit(rebuilding.lease, "rebuilt from what was deleted") is False
+        assert other.get("r") is None
 
 
 @pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)

@@ -32,14 +32,20 @@ def test_removals_are_paid_in_the_order_they_were_made() -> None:
 
 def test_one_target_is_owed_once_and_the_stronger_removal_wins() -> None:
     book = OwedBook()
-    book.owe(Owed("invalidate", KEYS("a")), Owed("delete", KEYS("b")))
-    book.owe(Owed("delete", KEYS("a")))  # stronger: replaces it, and moves after b's
-    book.owe(Owed("invalidate", KEYS("b")))  # weaker: b stays deleted
+    book.owe(Owed("invalidate", KEYS("a"), as_of=1.0), Owed("delete", KEYS("b"), as_of=2.0))
+    book.owe(Owed("delete", KEYS("a"), as_of=3.0))  # covers it: replaces it, and moves after b's
+    # Later, as of a later time: what was written after the delete is marked stale.
+    book.owe(Owed("invalidate", KEYS("b"), as_of=4.0))
+    book.owe(Owed("delete", KEYS("b"), as_of=5.0))  # the later delete of b covers both
     book.owe(Owed("tags", tag=b"t"), Owed("tags", tag=b"t", hard=True))
-    assert [(removal.kind, removal.keys and removal.keys.name, removal.hard) for removal in book.due()] == [
-        ("delete", "a", False),
-        ("delete", "b", False),
-        ("tags", None, True),
+    due = [
+        (removal.kind, removal.keys and removal.keys.name, removal.hard, removal.as_of)
+        for removal in book.due()
+    ]
+    assert due == [
+        ("delete", "a", False, 3.0),
+        ("delete", "b", False, 5.0),
+        ("tags", None, True, None),
     ]
 
 

@@ -22,7 +22,7 @@ from .._core.events import logger
 from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
-from .._core.owed import Owed, OwedBook
+from .._core.owed import Owed, OwedBook, as_of
 from .._core.settings import Settings
 from .._core.tags import NAMESPACE, UNTAGGED, Captured
 from .._core.turns import KeyLocks
@@ -142,7 +142,7 @@ class AsyncOperations:
             captured = await self._groups.capture(tag_ids, options)
             await self._server.script("write", keys, self._write_args(keys, value, options, captured))
         except RedisUnavailableError as error:
-            self._failed_open("set", error, Owed("delete", keys))
+            self._failed_open("set", error, self._owed_removal("invalidate", keys))
             self._calls.unsent_write(keys, value, options.ttl)
             return False
         return True
@@ -157,7 +157,7 @@ class AsyncOperations:
                 await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
             )
         except RedisUnavailableError as error:
-            return cast(bool, self._failed_open("delete", error, Owed("delete", keys)))
+            return cast(bool, self._failed_open("delete", error, self._owed_removal("delete", keys)))
 
     async def invalidate(self, key: str | bytes) -> bool:
         """Mark ``key`` stale but keep serving it while one caller refreshes it.
@@ -174,7 +174,7 @@ class AsyncOperations:
                 )
             )
         except RedisUnavailableError as error:
-            return cast(bool, self._failed_open("invalidate", error, Owed("invalidate", keys)))
+            return cast(bool, self._failed_open("invalidate", error, self._owed_removal("invalidate", keys)))
 
     async def add(
         self,
@@ -357,7 +357,9 @@ class AsyncOperations:
             await self._owed_first()
             await self._server.pipelined("write", calls)
         except RedisUnavailableError as error:
-            self._failed_open("set_many", error, *(Owed("delete", names) for names, _ in calls))
+            self._failed_open(
+                "set_many", error, *(self._owed_removal("invalidate", names) for names, _ in calls)
+            )
 
     async def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
@@ -369,9 +371,8 @@ class AsyncOperations:
             await self._owed_first()
             return sum(await self._server.pipelined("write", calls))
         except RedisUnavailableError as error:
-            return cast(
-                int, self._failed_open("delete_many", error, *(Owed("delete", names) for names, _ in calls))
-            )
+            owed = (self._owed_removal("delete", names) for names, _ in calls)
+            return cast(int, self._failed_open("delete_many", error, *owed))
 
     async def delete_prefix(self, prefix: str) -> int:
         """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
@@ -446,6 +447,10 @@ class AsyncOperations:
             self._pay_later()
         return answer
 
+    def _owed_removal(self, kind: str, keys: Keys) -> Owed:
+        """A removal of one key Redis failed, owed as of now (see :func:`~stampede._core.owed.as_of`)."""
+        return Owed(kind, keys, as_of=as_of(self._clock.time()))
+
     def _emit_dropped(self, kind: Any, **details: Any) -> None:
         self._settings.emit_named("", kind, **details)
 
@@ -479,9 +484,11 @@ class AsyncOperations:
     async def _remove(self, removal: Owed) -> None:
         keys = removal.keys
         if removal.kind == "delete" and keys is not None:
-            await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
+            args = messages.delete_args(keys, self._options.lapse_ms, removal.as_of)
+            await self._server.script("write", keys, args)
         elif removal.kind == "invalidate" and keys is not None:
-            await self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
+            args = messages.invalidate_args(self._options.lapse_ms, removal.as_of)
+            await self._server.script("invalidate", keys, args)
         elif removal.kind == "tags":
             await self._groups.bump((removal.tag,), hard=removal.hard)
         elif removal.kind == "prefix":

@@ -317,7 +317,7 @@ class _Batch:
                 yield ReleaseMany(leases)
                 raise
             stored.append((one, value))
-            commits.append((one.keys, Commit(one.token, data, one.won_at)))
+            commits.append((one.keys, Commit(one.token, data, one.won_at, one.won_at)))
         if absent:
             yield ReleaseMany(tuple(absent))
         try:

@@ -417,7 +417,9 @@ class Flow:
             yield Release(token)
             return None, exc
         try:
-            outcome = yield from policy.committed(Commit(token, data, won_at), self.options, self.clock)
+            outcome = yield from policy.committed(
+                Commit(token, data, won_at, self.won_at), self.options, self.clock
+            )
         except RedisUnavailableError as exc:
             # Its waiters compete for the lease again; freed in the
             # background: the Redis that just failed must not stall us twice.

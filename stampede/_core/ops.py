@@ -139,6 +139,10 @@ class Commit:
     token: str
     data: bytes
     won_at: str | None = None
+    #: The server's clock when the lease was won, whatever ``won_at`` allows:
+    #: a removal owed through an outage and sent since, as of a later time,
+    #: refuses the write although the lease is still held.
+    held_since: str | None = None
 
 
 class Refused(NamedTuple):

@@ -2,11 +2,16 @@
 Redis could not take under ``fail_open``, kept in order and sent again until
 it takes them, so that an outage loses none.
 
-A write Redis could not take is owed as a delete of its key: the value it
-would have replaced must not be served after the outage as if it were still
-the latest. Removals are idempotent, so one owed twice is kept once, and
-the stronger of two on one target wins (a delete over an invalidation, a
-``delete_tags`` over an ``invalidate_tags``). The book is bounded: past
+A write Redis could not take is owed as an invalidation of its key: the
+value it would have replaced must not be served after the outage as if it
+were still the latest (served stale while one caller renders it again, it
+may be). A removal of one key is sent as of when it was asked (see
+:func:`as_of`): it reaches what was written by then and fences the rebuilds
+begun before, while a value written since, by a process that reached Redis
+first after the outage, stays. Removals are idempotent, so one owed twice
+is kept once (the later), a delete of a key covers an invalidation of it
+owed before, and the stronger of two on one tag wins (a ``delete_tags``
+over an ``invalidate_tags``). The book is bounded: past
 :data:`MOST_OWED` entries it collapses into one deletion of every entry of
 the namespace (a hard bump of its state: one command), which covers them all.
 """
@@ -19,10 +24,21 @@ from typing import NamedTuple
 from .keys import Keys
 from .tags import NAMESPACE
 
-__all__ = ["EVERYTHING", "MOST_OWED", "Owed", "OwedBook"]
+__all__ = ["CLOCK_LEEWAY", "EVERYTHING", "MOST_OWED", "Owed", "OwedBook", "as_of"]
 
 #: The most removals kept; past it, one deletion of the whole namespace.
 MOST_OWED = 10_000
+
+#: Seconds added to the time a removal of a key was asked (this host's
+#: clock), for the server's clock to be no later: what a host whose clock
+#: is up to this much behind the server's wrote before it is still removed.
+CLOCK_LEEWAY = 1.0
+
+
+def as_of(now: float) -> float:
+    """The server time a removal of a key asked at ``now`` (this host's
+    clock, while Redis is away) is sent as of."""
+    return now + CLOCK_LEEWAY
 
 
 class Owed(NamedTuple):
@@ -38,12 +54,14 @@ class Owed(NamedTuple):
     tag: bytes = b""
     hard: bool = False
     prefix: str = ""
+    #: A removal of one key: the server time it is sent as of (see :func:`as_of`).
+    as_of: float | None = None
 
     @property
     def target(self) -> tuple[str, object]:
         """What it removes: two removals of one target are one, the stronger."""
         if self.keys is not None:
-            return ("key", self.keys.value)
+            return (self.kind, self.keys.value)
         if self.kind == "tags":
             return ("tag", self.tag)
         return (self.kind, self.prefix)
@@ -77,6 +95,8 @@ class OwedBook:
             owed = self._owed
             for removal in removals:
                 target = removal.target
+                if removal.kind == "delete" and removal.keys is not None:
+                    owed.pop(("invalidate", removal.keys.value), None)  # covered: removed by then
                 kept = owed.pop(target, None)
                 if kept is not None and kept.strength > removal.strength:
                     # A copy: a payment of the one kept, under way, must not

@@ -64,9 +64,11 @@ def extend_args(token: str, options: Options) -> list[Any]:
 
 
 def commit_args(commit: Commit, keys: Keys, options: Options) -> list[Any]:
-    """COMMIT's: ``won_at`` (or ``""``) lets a lease that lapsed unopposed store."""
+    """COMMIT's: ``won_at`` (or ``""``) lets a lease that lapsed unopposed
+    store; ``held_since`` fences a holder by a removal owed through an outage."""
     since = "" if commit.won_at is None else commit.won_at
-    return [commit.token, commit.data, options.expire_ms or 0, keys.channel, since, options.lapse_ms]
+    held = "" if commit.held_since is None else commit.held_since
+    return [commit.token, commit.data, options.expire_ms or 0, keys.channel, since, options.lapse_ms, held]
 
 
 def commit_outcome(reply: Any) -> bool | Refused:
@@ -95,14 +97,26 @@ def write_args(keys: Keys, data: bytes, options: Options, lapse_ms: int) -> list
     return [data, options.expire_ms or 0, keys.channel, lapse_ms]
 
 
-def delete_args(keys: Keys, lapse_ms: int) -> list[Any]:
-    """WRITE's, deleting the value and cancelling any lease (fenced)."""
-    return ["", 0, keys.channel, lapse_ms]
+def delete_args(keys: Keys, lapse_ms: int, as_of: float | None = None) -> list[Any]:
+    """WRITE's, deleting the value and cancelling any lease (fenced); with
+    ``as_of`` (the server's clock), only what was written by then (see
+    :func:`invalidate_args`)."""
+    args: list[Any] = ["", 0, keys.channel, lapse_ms]
+    if as_of is not None:
+        args.append(_seconds(as_of))
+    return args
 
 
-def invalidate_args(lapse_ms: int) -> list[Any]:
-    """INVALIDATE's."""
-    return [lapse_ms]
+def invalidate_args(lapse_ms: int, as_of: float | None = None) -> list[Any]:
+    """INVALIDATE's; with ``as_of``, a removal owed through an outage, sent
+    late: it reaches only what was written by then and fences the rebuilds
+    begun before, while what was written since, and its lease, stay."""
+    return [lapse_ms] if as_of is None else [lapse_ms, _seconds(as_of)]
+
+
+def _seconds(at: float) -> str:
+    """A time as the scripts read it: seconds, to the microsecond."""
+    return f"{at:.6f}"
 
 
 def touch_args(fresh_until: bytes, options: Options) -> list[Any]:

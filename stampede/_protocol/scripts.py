@@ -158,6 +158,26 @@ end
 local function fence(fence_ms)
   redis.call('SET', KEYS[4], server_now_text(), 'PX', fence_ms)
 end
+-- Marks it deleted or invalidated as of an earlier time (an owed removal,
+-- sent late): the fence only ever moves forward.
+local function fence_as_of(fence_ms, as_of)
+  local fenced = tonumber(redis.call('GET', KEYS[4]) or '')
+  if not fenced or fenced < as_of then
+    redis.call('SET', KEYS[4], string.format('%.17g', as_of), 'PX', fence_ms)
+  end
+end
+-- Whether the value whose header is head was written after as_of (server
+-- seconds): a removal owed since then does not reach it.
+local function written_after(head, as_of)
+  if not flags_of(head) then return false end
+  return struct.unpack('<I6', string.sub(head, CREATED_AT, CODEC - 1)) / 1000 > as_of
+end
+-- The header of the value, '' if none (or a key of another type).
+local function head_of_value()
+  local head = redis.pcall('GETRANGE', KEYS[1], 0, HEADER - 1)
+  if type(head) ~= 'string' then return '' end
+  return head
+end
 """
 )
 
@@ -200,7 +220,9 @@ return {0, redis.call('PTTL', KEYS[2])}
 )
 
 # The fenced write. ARGV: token, envelope, expire_ms ('0' = never), channel,
-# won_at ('' = strict), lapse_ms.
+# won_at ('' = strict), lapse_ms, held_since (the server time the lease was
+# won, '' if unknown: a holder whose key was removed as of a later time, by
+# a removal owed through an outage, stores nothing).
 # -> 1 written (now or by an earlier run of this same call); {0, value-or-nil}
 # rejected, with what the key holds instead (what the caller is served).
 # With won_at (the server time the lease was won), a lease that lapsed with
@@ -218,6 +240,14 @@ local marked = held == UNFILLED
 if marked then held = false end
 if held == ARGV[1] then
   redis.call('DEL', KEYS[2])
+  local since = tonumber(ARGV[7] or '')
+  local fenced = since and redis.call('GET', KEYS[4])
+  if fenced and tonumber(fenced) >= since then
+    -- Removed as of a time after the lease was won: its rebuild may have
+    -- read what was removed. The waiters compete for a new lease.
+    redis.call('PUBLISH', ARGV[4], '2')
+    return {0, read_value()}
+  end
 else
   local current = read_value()
   if same_value(current, ARGV[2]) then return 1 end
@@ -306,11 +336,20 @@ return {read_value(), redis.call('PTTL', KEYS[2])}
 # by dropping its lease, so a rebuild that started from older data cannot
 # overwrite this write (nor, if its lease lapsed, store after it: a set's
 # value is stamped, a delete leaves a fence). ARGV: envelope ('' = delete),
-# expire_ms, channel, fence_ms. -> 1 written; for a delete, whether there
-# was a value to delete.
+# expire_ms, channel, fence_ms, as_of (a delete's, optional: see below). -> 1
+# written; for a delete, whether there was a value to delete.
 WRITE = (
     _SET_VALUE
     + """
+if ARGV[1] == '' and (ARGV[5] or '') ~= '' then
+  -- A delete owed through an outage, as of when it was asked: what was
+  -- written since stays, and so does the lease (fenced: a holder that won
+  -- it before then stores nothing).
+  local as_of = tonumber(ARGV[5])
+  fence_as_of(ARGV[4], as_of)
+  if written_after(head_of_value(), as_of) then return 0 end
+  return redis.call('DEL', KEYS[1])
+end
 redis.call('DEL', KEYS[2])
 if ARGV[1] == '' then
   local deleted = redis.call('DEL', KEYS[1])
@@ -329,15 +368,23 @@ return 1
 # Soft invalidation: set the value's stale flag in place (it keeps its TTL
 # and payload, so it is served stale while one caller refreshes it) and
 # cancel any rebuild in flight, which may have read the data being
-# invalidated. ARGV: fence_ms. -> 1 marked, 0 absent.
+# invalidated. ARGV: fence_ms, as_of (server seconds, optional: owed
+# through an outage, as of when it was asked; what was written since stays
+# fresh, and so does the lease, fenced). -> 1 marked, 0 absent.
 INVALIDATE = (
     _SET_VALUE
     + """
-redis.call('DEL', KEYS[2])
-fence(ARGV[1])
-local head = redis.pcall('GETRANGE', KEYS[1], 0, HEADER - 1)
+local as_of = tonumber(ARGV[2] or '')
+if as_of then
+  fence_as_of(ARGV[1], as_of)
+else
+  redis.call('DEL', KEYS[2])
+  fence(ARGV[1])
+end
+local head = head_of_value()
 local flags = flags_of(head)
 if not flags then return 0 end
+if as_of and written_after(head, as_of) then return 0 end
 if bit.band(flags, STALE) == 0 then
   redis.call('SETRANGE', KEYS[1], 0, string.char(KIND + flags + STALE))
 end

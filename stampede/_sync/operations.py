@@ -23,7 +23,7 @@ from .._core.events import logger
 from .._core.keys import Keys, KeySpace
 from .._core.near import NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
-from .._core.owed import Owed, OwedBook
+from .._core.owed import Owed, OwedBook, as_of
 from .._core.settings import Settings
 from .._core.tags import NAMESPACE, UNTAGGED, Captured
 from .._core.turns import KeyLocks
@@ -143,7 +143,7 @@ class Operations:
             captured = self._groups.capture(tag_ids, options)
             self._server.script("write", keys, self._write_args(keys, value, options, captured))
         except RedisUnavailableError as error:
-            self._failed_open("set", error, Owed("delete", keys))
+            self._failed_open("set", error, self._owed_removal("invalidate", keys))
             self._calls.unsent_write(keys, value, options.ttl)
             return False
         return True
@@ -158,7 +158,7 @@ class Operations:
                 self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
             )
         except RedisUnavailableError as error:
-            return cast(bool, self._failed_open("delete", error, Owed("delete", keys)))
+            return cast(bool, self._failed_open("delete", error, self._owed_removal("delete", keys)))
 
     def invalidate(self, key: str | bytes) -> bool:
         """Mark ``key`` stale but keep serving it while one caller refreshes it.
@@ -173,7 +173,7 @@ class Operations:
                 self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
             )
         except RedisUnavailableError as error:
-            return cast(bool, self._failed_open("invalidate", error, Owed("invalidate", keys)))
+            return cast(bool, self._failed_open("invalidate", error, self._owed_removal("invalidate", keys)))
 
     def add(
         self,
@@ -352,7 +352,9 @@ class Operations:
             self._owed_first()
             self._server.pipelined("write", calls)
         except RedisUnavailableError as error:
-            self._failed_open("set_many", error, *(Owed("delete", names) for names, _ in calls))
+            self._failed_open(
+                "set_many", error, *(self._owed_removal("invalidate", names) for names, _ in calls)
+            )
 
     def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
@@ -364,9 +366,8 @@ class Operations:
             self._owed_first()
             return sum(self._server.pipelined("write", calls))
         except RedisUnavailableError as error:
-            return cast(
-                int, self._failed_open("delete_many", error, *(Owed("delete", names) for names, _ in calls))
-            )
+            owed = (self._owed_removal("delete", names) for names, _ in calls)
+            return cast(int, self._failed_open("delete_many", error, *owed))
 
     def delete_prefix(self, prefix: str) -> int:
         """Delete every key that starts with ``prefix`` (``SCAN``); returns how many.
@@ -441,6 +442,10 @@ class Operations:
             self._pay_later()
         return answer
 
+    def _owed_removal(self, kind: str, keys: Keys) -> Owed:
+        """A removal of one key Redis failed, owed as of now (see :func:`~stampede._core.owed.as_of`)."""
+        return Owed(kind, keys, as_of=as_of(self._clock.time()))
+
     def _emit_dropped(self, kind: Any, **details: Any) -> None:
         self._settings.emit_named("", kind, **details)
 
@@ -474,9 +479,11 @@ class Operations:
     def _remove(self, removal: Owed) -> None:
         keys = removal.keys
         if removal.kind == "delete" and keys is not None:
-            self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
+            args = messages.delete_args(keys, self._options.lapse_ms, removal.as_of)
+            self._server.script("write", keys, args)
         elif removal.kind == "invalidate" and keys is not None:
-            self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
+            args = messages.invalidate_args(self._options.lapse_ms, removal.as_of)
+            self._server.script("invalidate", keys, args)
         elif removal.kind == "tags":
             self._groups.bump((removal.tag,), hard=removal.hard)
         elif removal.kind == "prefix":
