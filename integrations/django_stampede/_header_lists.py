@@ -3,11 +3,13 @@
 before it.
 
 A header list is served stale too, and outlives its page, so that only
-the page's own lease decides who renders it.
+the page's own lease decides who renders it. While Redis is away, each
+process reads the header lists it saw last, for the same reason.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from stampede import Entry, Lease, Options, Read
@@ -21,6 +23,28 @@ __all__ = ["commit_deferred", "is_header_key", "read_header", "write_header"]
 #: What the key of a header list starts with (Django's ``cache_page`` names them so).
 _HEADER_KEY_PREFIX = "views.decorators.cache.cache_header."
 
+#: The most header lists a process remembers (a few hundred bytes each).
+MOST_SEEN = 1024
+
+#: The header lists this process read or wrote last, by Redis key: what it
+#: reads while Redis is away. A header list only names the headers a page
+#: varies on, the same for every version of the page: an old one costs at
+#: worst a render.
+_seen: dict[str, Any] = {}
+
+
+_seen_lock = threading.Lock()
+
+
+def _saw(made: str, value: Any) -> Any:
+    """Remember ``value`` as the header list under ``made``; returns it."""
+    if _seen.get(made) != value:  # a change is rare: a hit only reads
+        with _seen_lock:
+            if len(_seen) >= MOST_SEEN:
+                del _seen[next(iter(_seen))]  # the oldest
+            _seen[made] = value
+    return value
+
 
 def is_header_key(key: Any) -> bool:
     """Whether ``key`` (as the caller gave it) names a header list."""
@@ -32,9 +56,20 @@ def read_header(config: CacheConfig, made: str, default: Any) -> Plan[Any]:
     the page's own lease decides who renders."""
     entry: Entry | None = yield call("get", made)
     if entry is not None:
-        return entry.value
+        return _saw(made, entry.value)
     read: Read = yield call("read", made, scope=leases.scope(config))
-    return read.value if read.found else default
+    if read.found:
+        return _saw(made, read.value)
+    seen = _seen.get(made)
+    if read.lease is not None and read.lease.without_redis and seen is not None:
+        # Redis is away: the list seen last leads every request of this
+        # process to the page's key, whose one lease decides who renders it
+        # (rendering for the header list too would be a second render).
+        # Committed: the requests that came meanwhile wait for it.
+        leases.take(config, made)
+        yield call("commit", read.lease, seen)
+        return seen
+    return default
 
 
 def write_header(
@@ -45,6 +80,7 @@ def write_header(
     woken by the list find the page too; without, stored now. Whether it was
     deferred."""
     stale_ttl = _stale_ttl(options)
+    _saw(made, value)
     if lease is not None:
         leases.defer(config, lease, value, ttl, stale_ttl)
         return True

@@ -83,6 +83,13 @@ class Lease:
     def key(self) -> str:
         return self.keys.name
 
+    @property
+    def without_redis(self) -> bool:
+        """Whether Redis failed when it was asked for (under ``fail_open``):
+        granted by this process alone, to the first of its callers; the others
+        wait for its ``commit``, which Redis may not take."""
+        return self._alone is not None
+
     def __repr__(self) -> str:
         return f"<Lease on {self.key!r}>"
 
