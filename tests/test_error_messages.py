@@ -108,8 +108,8 @@ def test_an_unknown_option_is_named_with_the_close_match_and_the_known_ones() ->
     assert isinstance(raised.value, ConfigurationError)
     assert str(raised.value) == (
         "Options() got an unknown option 'wait_timout': did you mean wait_timeout? The options are "
-        "ttl, stale_ttl, lease_ttl, max_lease_time, wait_timeout, on_wait_timeout, background, beta, "
-        "fail_open, unfilled_ttl and max_value_size."
+        "ttl, stale_ttl, stale_if_error, lease_ttl, max_lease_time, wait_timeout, on_wait_timeout, "
+        "background, beta, fail_open, unfilled_ttl and max_value_size."
     )
     assert Options(wait_timeout=1).wait_timeout == 1.0
 

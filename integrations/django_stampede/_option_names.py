@@ -25,6 +25,7 @@ __all__ = [
 #: stampede's options (those of stampede.Options), by OPTIONS key.
 STAMPEDE_OPTIONS = {
     "STALE_TTL": "stale_ttl",
+    "STALE_IF_ERROR": "stale_if_error",
     "LEASE_TTL": "lease_ttl",
     "MAX_LEASE_TIME": "max_lease_time",
     "WAIT_TIMEOUT": "wait_timeout",

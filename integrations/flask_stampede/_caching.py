@@ -35,6 +35,7 @@ __all__ = ["StampedeCache"]
 #: stampede's options that apply to a cache Flask-Caching drives by get and set.
 _CORE_OPTIONS = {
     "stale_ttl",
+    "stale_if_error",
     "lease_ttl",
     "max_lease_time",
     "wait_timeout",
@@ -173,7 +174,7 @@ class StampedeCache(BaseCache):
     ``CACHE_OPTIONS``, which takes exactly:
 
     - stampede's options that apply to a cache Flask-Caching drives by
-      ``get`` and ``set``, in lower case: ``stale_ttl``, ``lease_ttl``,
+      ``get`` and ``set``, in lower case: ``stale_ttl``, ``stale_if_error``, ``lease_ttl``,
       ``max_lease_time``, ``wait_timeout``, ``on_wait_timeout``, ``beta``,
       ``fail_open``, ``unfilled_ttl``, ``max_value_size``;
     - ``namespace`` (default ``"flask-caching"``), ``serializer`` (default

@@ -36,6 +36,7 @@ logger = logging.getLogger("flask_stampede")
 _CORE = {
     "STAMPEDE_TTL": "ttl",
     "STAMPEDE_STALE_TTL": "stale_ttl",
+    "STAMPEDE_STALE_IF_ERROR": "stale_if_error",
     "STAMPEDE_LEASE_TTL": "lease_ttl",
     "STAMPEDE_MAX_LEASE_TIME": "max_lease_time",
     "STAMPEDE_WAIT_TIMEOUT": "wait_timeout",

@@ -139,7 +139,7 @@ class _Batch:
         # (served stale if that fails too).
         ids = {tag: None for lookup in looked if isinstance(lookup, TagsUnknown) for tag in lookup.ids}
         readable = not ids or (yield ReadTags(tuple(ids)))
-        todo: list[tuple[Any, Keys, Entry | None]] = []
+        todo: list[tuple[Any, Keys, Entry | None, Entry | None]] = []
         for (key, names), raw, lookup in zip(named, raws, looked, strict=True):
             if isinstance(lookup, TagsUnknown):
                 lookup = (
@@ -152,7 +152,7 @@ class _Batch:
                 continue
             if lookup.entry is None:
                 settings.emit(names, EventKind.MISS)
-            todo.append((key, names, lookup.entry))
+            todo.append((key, names, lookup.entry, lookup.fallback))
         if todo:
             waits = yield from self._lease_and_rebuild(todo)
             for key, names in waits:
@@ -194,14 +194,14 @@ class _Batch:
         )
 
     def _lease_and_rebuild(
-        self, todo: list[tuple[Any, Keys, Entry | None]]
+        self, todo: list[tuple[Any, Keys, Entry | None, Entry | None]]
     ) -> Generator[Op, Any, list[tuple[Any, Keys]]]:
-        """Ask for the leases of ``todo`` at once; rebuild and commit those won,
-        serve stale those others refresh. Returns the missing keys others
-        rebuild, to wait for."""
+        """Ask for the leases of ``todo`` (key, names, stale entry, entry kept
+        for errors) at once; rebuild and commit those won, serve stale those
+        others refresh. Returns the missing keys others rebuild, to wait for."""
         settings = self.settings
         found = self.found
-        asked = tuple((names, new_token()) for _, names, _ in todo)
+        asked = tuple((names, new_token()) for _, names, _, _ in todo)
         try:
             replies = yield AcquireMany(asked)
         except GeneratorExit:  # closed unfinished: nothing more can be asked
@@ -213,16 +213,18 @@ class _Batch:
             yield ReleaseMany(asked, detached=True)
             if not isinstance(exc, RedisUnavailableError):
                 raise
-            missing = [key for key, _, entry in todo if entry is None]
+            # Stale-if-error: the stale values, and those kept for errors alone.
+            served = {key: entry or fallback for key, _, entry, fallback in todo}
+            missing = [key for key, entry in served.items() if entry is None]
             policy.on_redis_failure(None, exc, stale=not missing, options=self.options, emit=self._emit_batch)
-            found.update((key, entry.value) for key, _, entry in todo if entry is not None)
+            found.update((key, entry.value) for key, entry in served.items() if entry is not None)
             if missing:
                 yield from self._alone(missing)
             return []
         won: list[_Won] = []
         landed: list[tuple[Keys, str]] = []
         waits: list[tuple[Any, Keys]] = []
-        for (key, names, entry), (_, token), acquired in zip(todo, asked, replies, strict=True):
+        for (key, names, entry, fallback), (_, token), acquired in zip(todo, asked, replies, strict=True):
             if not acquired.won:
                 settings.emit(names, EventKind.LEASE_BUSY)
                 if entry is not None:
@@ -241,7 +243,8 @@ class _Batch:
                 found[key] = current.value  # landed between the read and the lease
                 landed.append((names, token))
                 continue
-            won.append(_Won(key, names, entry, token, acquired.won_at, acquired.failures))
+            # What it is served should the rebuild fail: stale, or kept for errors.
+            won.append(_Won(key, names, entry or fallback, token, acquired.won_at, acquired.failures))
         try:
             if landed:
                 yield ReleaseMany(tuple(landed))

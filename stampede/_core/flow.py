@@ -147,14 +147,16 @@ class Flow:
             if lookup.entry is not None:
                 outcome = yield from self._refresh(lookup.entry)
             else:
-                outcome = yield from self._fill()
+                outcome = yield from self._fill(lookup.fallback, lookup.fallback_raw)
         except RedisUnavailableError as exc:
+            # Stale-if-error: the stale value, or one kept for errors alone.
+            stale = lookup.entry if lookup.entry is not None else lookup.fallback
             fallback = policy.on_redis_failure(
-                self.keys.name, exc, stale=lookup.entry is not None, options=self.options, emit=self.emit
+                self.keys.name, exc, stale=stale is not None, options=self.options, emit=self.emit
             )
             if fallback is policy.Fallback.STALE:
-                assert lookup.entry is not None
-                outcome = (lookup.entry.value, None)
+                assert stale is not None
+                outcome = self._served_on_error(stale)
             else:
                 outcome = yield from self._without_redis()
         value, error = outcome
@@ -270,20 +272,32 @@ class Flow:
             self.emit(EventKind.HIT if fresh else EventKind.STALE_HIT)
         return entry.value, None
 
-    def _fill(self) -> Generator[Op, Any, _Outcome]:
-        # Nothing to serve: one caller rebuilds, the others wait for it.
+    def _served_on_error(self, entry: Entry) -> _Outcome:
+        """``entry``, served because what would replace it failed (stale-if-error)."""
+        if not self.background:
+            self.emit(EventKind.STALE_HIT)
+        return entry.value, None
+
+    def _fill(
+        self, fallback: Entry | None = None, fallback_raw: bytes | None = None
+    ) -> Generator[Op, Any, _Outcome]:
+        # Nothing to serve: one caller rebuilds, the others wait for it. A
+        # value kept for errors alone (stale_if_error) is served only if the
+        # rebuild fails; until then it has not landed.
         if not self.missed:
             self.emit(EventKind.MISS)
             self.missed = True
         clock = self.clock
         failover = self._failover()
         deadline = failover.deadline
-        unusable: bytes | None = None
+        unusable = fallback_raw
         pause = policy.FAILOVER_FIRST_PAUSE  # between tries of a primary that is failing over
         if self.take_over and self.failed_keys is not None:
             # Its last rebuild raised, as this process found out moments ago.
             known = self.failed_keys.known(self.keys.value, clock.monotonic())
             if known is not None:
+                if fallback is not None:
+                    return self._served_on_error(fallback)
                 return None, policy.on_backoff(self.keys.name, known[1])
         while True:
             token = new_token()
@@ -296,6 +310,8 @@ class Flow:
                 # Its last rebuild raised, moments ago: that error, at once.
                 if self.failed_keys is not None:
                     self.failed_keys.note(self.keys.value, clock.monotonic(), acquired.lease_pttl, acquired)
+                if fallback is not None:
+                    return self._served_on_error(fallback)
                 return None, policy.on_backoff(self.keys.name, acquired)
             if acquired.unfilled:
                 # A key that reads do not fill (nobody wrote it after the last
@@ -312,7 +328,9 @@ class Flow:
                     # A rebuild landed between our read and our lease.
                     yield Release(token)
                     return landed.value, None
-                return (yield from self._rebuild_and_commit(token, landed))
+                # What is there (kept for errors alone) is served if the
+                # rebuild raises, and not meanwhile: this caller missed.
+                return (yield from self._rebuild_and_commit(token, landed, missed=True))
             self.emit(EventKind.LEASE_BUSY)
             if not self.can_wait:
                 return (yield from self._no_wait())
@@ -368,7 +386,9 @@ class Flow:
             self.failures = acquired.failures
         return acquired
 
-    def _rebuild_and_commit(self, token: str, stale: Entry | None) -> Generator[Op, Any, _Outcome]:
+    def _rebuild_and_commit(
+        self, token: str, stale: Entry | None, *, missed: bool = False
+    ) -> Generator[Op, Any, _Outcome]:
         try:
             # Before the rebuild reads its data: an invalidation of its tags
             # from now on leaves the value it stores stale.
@@ -378,7 +398,7 @@ class Flow:
         except BaseException:
             yield Release(token, detached=True)
             raise
-        rebuilt: Rebuilt = yield Rebuild(token, stale)
+        rebuilt: Rebuilt = yield Rebuild(token, None if missed else stale)
         # Fenced by the server's clock rather than by holding the lease, so
         # that a lease evicted (maxmemory) or lapsed with nothing newer
         # written meanwhile does not throw the rebuild away.

@@ -62,14 +62,25 @@ class Judge:
                 return Lookup(self.decode(keys, raw))  # logs and reports it
             if self.is_hit(keys, entry, options):
                 return entry
-            return Lookup(entry)
+            return self.not_hit(entry, raw, options)
         return Lookup(None)
 
     def judged(self, keys: Keys, raw: bytes | None, options: Options) -> Entry | Lookup:
         """:meth:`lookup` once the tag states it lacked were read."""
         entry = self.decode(keys, raw)
-        if entry is not None and self.is_hit(keys, entry, options):
+        if entry is None:
+            return Lookup(None)
+        if self.is_hit(keys, entry, options):
             return entry
+        return self.not_hit(entry, raw, options)
+
+    def not_hit(self, entry: Entry, raw: Any, options: Options) -> Lookup:
+        """What the flow starts from for an entry that is no hit: the stale
+        value to serve while one caller refreshes it, or, past its stale
+        window (by the reader's ``stale_ttl``) and kept for ``stale_if_error``,
+        a miss that falls back on it only if the rebuild fails."""
+        if options.stale_if_error and self._now() >= entry.fresh_until + options.stale_ttl:
+            return Lookup(None, fallback=entry, fallback_raw=raw if isinstance(raw, bytes) else None)
         return Lookup(entry)
 
     def deleted_by_tags(self, head: Any) -> bool:
@@ -112,7 +123,7 @@ class Judge:
             if self.on_event is not None:
                 self.emit(keys, EventKind.NEAR_HIT)
             return entry
-        return Lookup(entry)
+        return self.not_hit(entry, raw, options)
 
     def hot_copy(self, raw: bytes) -> Copy | None:
         """A near copy just served as a fresh hit, made ready for the hot index."""

@@ -393,8 +393,12 @@ class Lookup(NamedTuple):
     """What the first read of a key found.
 
     ``entry`` is a readable value (due for early refresh, or stale);
-    ``error`` a failed read.
+    ``error`` a failed read; ``fallback`` a value past its stale window but
+    within ``stale_if_error`` (a miss, served only if its rebuild fails or
+    Redis does), and ``fallback_raw`` its bytes as read.
     """
 
     entry: Entry | None
     error: RedisUnavailableError | None = None
+    fallback: Entry | None = None
+    fallback_raw: bytes | None = None

@@ -16,7 +16,9 @@ __all__ = ["CALL_OPTIONS", "UNSET", "NoMore", "Options", "WaitTimeoutPolicy", "u
 WaitTimeoutPolicy = Literal["rebuild", "raise"]
 
 #: The options a single ``get_or_rebuild`` call may override.
-CALL_OPTIONS = frozenset({"ttl", "stale_ttl", "lease_ttl", "wait_timeout", "background", "beta"})
+CALL_OPTIONS = frozenset(
+    {"ttl", "stale_ttl", "stale_if_error", "lease_ttl", "wait_timeout", "background", "beta"}
+)
 
 
 class _Unset:
@@ -146,7 +148,13 @@ class Options:
         ttl: seconds a value stays fresh; ``None`` keeps it fresh forever.
         stale_ttl: seconds after ``ttl`` during which the old value is still
             served while exactly one caller refreshes it. Redis expires the
-            key after ``ttl + stale_ttl``: the hard bound on staleness.
+            key after ``ttl + stale_ttl`` (``+ stale_if_error``): the hard
+            bound on staleness.
+        stale_if_error: seconds after ``ttl + stale_ttl`` during which the
+            old value is kept to be served only when it cannot be replaced
+            (RFC 5861 ``stale-if-error``): its rebuild raised, or is in its
+            back-off after raising, or Redis failed. Otherwise it is a miss:
+            one caller rebuilds, the others wait for its value. ``0``: none.
         lease_ttl: seconds a rebuild lease lives in Redis without renewal.
             A watchdog renews it while the rebuild runs, so this only bounds
             how long a crashed holder blocks others.
@@ -179,6 +187,7 @@ class Options:
 
     ttl: float | None = 300.0
     stale_ttl: float = 0.0
+    stale_if_error: float = 0.0
     lease_ttl: float = 5.0
     max_lease_time: float = 300.0
     wait_timeout: float = 10.0
@@ -196,6 +205,7 @@ class Options:
         if self.ttl is not None:
             set_(self, "ttl", _positive("ttl", self.ttl))
         set_(self, "stale_ttl", _non_negative("stale_ttl", self.stale_ttl))
+        set_(self, "stale_if_error", _non_negative("stale_if_error", self.stale_if_error))
         lease_ttl = _positive("lease_ttl", self.lease_ttl)
         if lease_ttl < 0.01:
             raise ConfigurationError(f"lease_ttl must be at least 0.01, got {lease_ttl!r}", field="lease_ttl")
@@ -241,7 +251,7 @@ class Options:
         """Milliseconds until Redis drops a value written now; ``None``: never."""
         if self.ttl is None:
             return None
-        return max(1, math.ceil((self.ttl + self.stale_ttl) * 1000))
+        return max(1, math.ceil((self.ttl + self.stale_ttl + self.stale_if_error) * 1000))
 
     @property
     def lapse_ms(self) -> int:
