@@ -56,6 +56,7 @@ def test_settings_reach_the_core_and_the_pool() -> None:
         {
             "OPTIONS": {
                 "STALE_TTL": 600,
+                "STALE_IF_ERROR": 3600,
                 "LEASE_TTL": 3,
                 "WAIT_TIMEOUT": 2.5,
                 "FAIL_OPEN": True,
@@ -65,6 +66,7 @@ def test_settings_reach_the_core_and_the_pool() -> None:
         },
     )
     options = cache.stampede.options
+    assert options.stale_if_error == 3600
     assert (options.stale_ttl, options.lease_ttl, options.wait_timeout, options.fail_open) == (
         600,
         3,

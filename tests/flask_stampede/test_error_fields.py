@@ -18,6 +18,7 @@ from tests.flask_stampede.app import make_app
     ("config", "setting", "field"),
     [
         ({"STAMPEDE_WAIT_TIMEOUT": -1}, "STAMPEDE_WAIT_TIMEOUT", "wait_timeout"),
+        ({"STAMPEDE_STALE_IF_ERROR": -1}, "STAMPEDE_STALE_IF_ERROR", "stale_if_error"),
         ({"STAMPEDE_ON_WAIT_TIMEOUT": "wait"}, "STAMPEDE_ON_WAIT_TIMEOUT", "on_wait_timeout"),
         ({"STAMPEDE_NAMESPACE": "a{b"}, "STAMPEDE_NAMESPACE", "namespace"),
         ({"STAMPEDE_TAG_CHECK_INTERVAL": -1}, "STAMPEDE_TAG_CHECK_INTERVAL", "tag_check_interval"),
@@ -30,6 +31,7 @@ from tests.flask_stampede.app import make_app
         ({"STAMPEDE_REDIS_OPTIONS": {"decode_responses": True}}, "STAMPEDE_REDIS_OPTIONS", "client"),
         ({"STAMPEDE_REDIS_URL": "redis+sentinel://127.0.0.1:26379"}, "STAMPEDE_REDIS_URL", "url"),
         ({"CACHE_OPTIONS": {"stale_ttl": -1}}, "CACHE_OPTIONS['stale_ttl']", "stale_ttl"),
+        ({"CACHE_OPTIONS": {"stale_if_error": -1}}, "CACHE_OPTIONS['stale_if_error']", "stale_if_error"),
         ({"CACHE_OPTIONS": {"namespace": "a{b"}}, "CACHE_OPTIONS['namespace']", "namespace"),
         (
             {"CACHE_OPTIONS": {"near_cache": {"max_entries": -1}}},
