@@ -332,8 +332,15 @@ def test_while_redis_is_away_the_near_cache_serves_its_copies_within_their_stale
     sf.set("stale", "near stale", ttl=0.05, stale_ttl=600)
     sf.set("gone", "near gone", ttl=0.05, stale_ttl=0.05)
     sf.set("removed", "near removed", ttl=600)
-    for key in ("fresh", "stale", "gone", "removed"):
-        sf.get(key)  # read back: each one a near copy
+    # Each write sends the tracking connection an invalidation of its key,
+    # which drops a copy it finds (late, on a busy machine): every one of
+    # them has arrived once a PING sent after the writes is answered.
+    written = time.monotonic()
+    wait_until(lambda: sf._near.tracked.heartbeat.confirmed > written)
+    for key in ("fresh", "stale", "removed"):
+        # Read back: each one a near copy.
+        wait_until(lambda key=key: sf.get(key) is not None and sf._near.get(keys(key).value) is not None)
+    sf.get("gone")  # a copy too, unless it expired first: rebuilt below either way
     server.stop()
     try:
         # The invalidation link is lost with Redis: the copies are held apart.
