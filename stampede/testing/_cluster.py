@@ -92,7 +92,8 @@ class RedisCluster(ServerSet):
                     if i * share <= key_slot(key := f"stampede-testing-{n}".encode()) < (i + 1) * share
                 )
                 client.set(key, b"1")
-            wait_for(lambda: all(replicated(client) for client in clients[: self.masters]), timeout)
+            if len(clients) > self.masters:  # with replicas=0, nothing to wait for
+                wait_for(lambda: all(replicated(client) for client in clients[: self.masters]), timeout)
         except BaseException:
             self.stop()
             raise
