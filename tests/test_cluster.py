@@ -19,9 +19,11 @@ import redis.cluster
 
 import stampede
 import stampede.asyncio
+from stampede import EventKind
 from stampede._core.keys import KeySpace
 from stampede.testing import RedisCluster
 from tests.helpers import AsyncRebuilds, Rebuilds, run_tasks, run_threads, wait_until
+from tests.observers import Recorder
 
 pytestmark = pytest.mark.slow
 
@@ -398,3 +400,76 @@ def test_errors_keep_the_servers_words(cluster: RedisCluster, namespace: str) ->
     assert moved
     assert all("MOVED" in message for message in moved), moved
     plain.close()
+
+
+@pytest.mark.parametrize("flavour", ["sync", "asyncio"])
+def test_a_node_that_stops_answering_costs_its_own_keys_one_timeout_and_the_others_nothing(
+    namespace: str, flavour: str
+) -> None:
+    # One master frozen (SIGSTOP: nothing answered, as behind a firewall that
+    # drops packets), no replica to take over. The first call on its keys
+    # finds it failing and, on a cluster, tries it again for a while (a
+    # replica might be promoted); the calls after it skip the node but for a
+    # probe now and then; the keys of the other nodes are read from Redis as
+    # before.
+    recorder = Recorder()
+    with RedisCluster(replicas=0, node_timeout_ms=60_000) as frozen_one:
+        url = frozen_one.url
+        options: dict[str, Any] = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
+        if flavour == "sync":
+            sf: Any = stampede.Stampede.from_url(
+                url, namespace=namespace, fail_open=True, on_event=recorder, **options
+            )
+            call = sf.get_or_rebuild
+            close = sf.close
+        else:
+            loop = asyncio.new_event_loop()
+            asf = loop.run_until_complete(_async_instance(url, namespace, recorder, options))
+
+            def call(key: str, rebuild: Any) -> Any:
+                return loop.run_until_complete(asf.get_or_rebuild(key, rebuild))
+
+            def close() -> None:
+                loop.run_until_complete(asf.aclose())
+                loop.close()
+
+        try:
+            space = KeySpace(namespace)
+            victim = frozen_one.master_of(space("k0").value)
+            names = [f"k{i}" for i in range(60)]
+            on_victim = [name for name in names if frozen_one.master_of(space(name).value) is victim]
+            elsewhere = [name for name in names if name not in on_victim][:10]
+            for name in names:
+                call(name, lambda name=name: f"stored {name}")
+            victim.pause()
+            try:
+                rebuild = Rebuilds(lambda n: "rebuilt")
+                served = [call(on_victim[0], rebuild)]
+                first = len(recorder.events)
+                served += [call(name, rebuild) for name in on_victim * 3]
+                others = [call(name, Rebuilds()) for name in elsewhere]
+                errors = [event.error for event in recorder.events if event.kind is EventKind.REDIS_ERROR]
+                since = [
+                    event.error for event in recorder.events[first:] if event.kind is EventKind.REDIS_ERROR
+                ]
+            finally:
+                victim.resume()
+            assert served == ["rebuilt"] * len(served)
+            assert any("not sent" not in str(error) for error in errors)  # the node was tried
+            # After it: skipped, but for a probe now and then (0.1 s apart at least).
+            sent = [error for error in since if "not sent" not in str(error)]
+            assert len(sent) <= 2, sent
+            assert len(since) >= len(on_victim) * 3 - len(sent)  # each call found it skipped
+            assert others == [f"stored {name}" for name in elsewhere]  # from Redis: no rebuild
+            assert recorder.count(EventKind.REDIS_DOWN) == 1
+            # It answers again: the next probe of its node closes the breaker.
+            wait_until(lambda: call(on_victim[0], Rebuilds()) == f"stored {on_victim[0]}")
+            assert recorder.count(EventKind.REDIS_UP) == 1
+        finally:
+            close()
+
+
+async def _async_instance(url: str, namespace: str, recorder: Any, options: dict[str, Any]) -> Any:
+    return stampede.asyncio.Stampede.from_url(
+        url, namespace=namespace, fail_open=True, on_event=recorder, **options
+    )

@@ -44,8 +44,9 @@ class AsyncGroups:
             if known is not None:
                 found.update(known)
                 continue
-            with self._server.errors("", "read a tag's state"):
-                raw = await self._reads.get(states.key(tag), states)
+            name = states.key(tag)
+            with self._server.errors("", "read a tag's state", name, admit=False):
+                raw = await self._reads.get(name, states)
             found[tag] = parse_state(raw, tag)
         return found
 
@@ -109,8 +110,9 @@ class AsyncGroups:
             found.update(await self.read_states((NAMESPACE,)))
         else:
             # Read now: when it was last invalidated is compared with the lease.
-            with self._server.errors("", "read the namespace's state"):
-                raw = await self._reads.get(states.key(NAMESPACE), states)
+            name = states.key(NAMESPACE)
+            with self._server.errors("", "read the namespace's state", name, admit=False):
+                raw = await self._reads.get(name, states)
             found[NAMESPACE] = parse_state(raw, NAMESPACE)
             bumped[NAMESPACE] = bumped_at(raw)
         since_us = None

@@ -314,7 +314,7 @@ class AsyncOperations:
         keys = self._keys(key)
         try:
             await self._owed_first()
-            with self._server.errors(keys.name, "check"):
+            with self._server.errors(keys.name, "check", keys.value):
                 return bool(await self._server.reader().exists(keys.value))
         except RedisUnavailableError as error:
             return cast(bool, self._failed_open("has_key", error))

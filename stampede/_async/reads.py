@@ -12,6 +12,7 @@ from typing import Any, cast
 
 import redis.exceptions
 
+from .._core.breaker import Breaker
 from .._core.near import NearStore
 from .._core.tags import NAMESPACE, TagStates
 from .._primitives import AsyncEvent, AsyncSectionLock
@@ -107,7 +108,8 @@ class AsyncSharedReads:
         """
         # While Redis is found unreachable, nobody waits on another's GET (a
         # probe may hang for a socket timeout): each asks the breaker itself.
-        while not self._server.breaker.tripped and (pending := self._pending.get(name)) is not None:
+        breaker = self._server.breaker_of(name)
+        while not breaker.tripped and (pending := self._pending.get(name)) is not None:
             with self._lock:  # against the read finishing meanwhile
                 if pending.finished:
                     break
@@ -146,8 +148,8 @@ class AsyncSharedReads:
                 # more GET to a server that is failing (a failover).
                 self._finish(batch, pending.error)
                 raise pending.error
-            return await self._send(name, batch, store)
-        return await self._send(name, _SharedRead(), store)
+            return await self._send(name, batch, store, breaker)
+        return await self._send(name, _SharedRead(), store, breaker)
 
     def _finish(self, read: _SharedRead, error: BaseException | None) -> None:
         with self._lock:
@@ -157,7 +159,7 @@ class AsyncSharedReads:
         if done is not None:
             done.set()
 
-    async def _send(self, name: bytes, read: _SharedRead, store: Any) -> bytes | None:
+    async def _send(self, name: bytes, read: _SharedRead, store: Any, breaker: Breaker) -> bytes | None:
         reads = self._pending
         reads[name] = read
         self._sent = next(self._numbers)
@@ -167,12 +169,14 @@ class AsyncSharedReads:
         error: BaseException | None = None
         try:
             try:
-                probe = server.admitted()
+                probe = server.admitted(breaker)
                 reader = server.reader() if server.replicas else server.client
                 states = self._states
                 if store is None and states is not None:
                     sent = time.monotonic()
-                    if states.namespace_due(sent + self._trip):
+                    # Together only where one server holds both (a cluster's
+                    # node that fails must not fail the other's reads).
+                    if states.namespace_due(sent + self._trip) and server.same_node(name, self._namespace):
                         raw: bytes | None = await self._with_namespace(reader, name, states)
                     else:
                         raw = await reader.get(name)
@@ -187,7 +191,7 @@ class AsyncSharedReads:
                     self._trip = time.monotonic() - began
                 else:
                     raw = await reader.get(name)
-                server.answered(probe)
+                server.answered(probe, breaker)
             except AttributeError as exc:
                 lost = lost_connection(exc)
                 if lost is None:

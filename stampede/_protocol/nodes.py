@@ -19,7 +19,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 
-__all__ = ["node_client", "record_sharded", "sharded_known"]
+__all__ = ["node_client", "node_of", "record_sharded", "sharded_known"]
 
 _sharded: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
 
@@ -57,3 +57,13 @@ def node_client(cluster: Any, node: Any) -> Any:
         **{**template.connection_kwargs, "host": node.host, "port": node.port},
     )
     return redis.Redis.from_pool(pool)
+
+
+def node_of(client: Any, name: bytes) -> str | None:
+    """The ``host:port`` of the primary that the cluster ``client`` sends the
+    key ``name`` to, as it knows its slots now; ``None`` before it knows them
+    (an asyncio client that has sent nothing yet)."""
+    try:
+        return str(client.nodes_manager.get_node_from_slot(client.keyslot(name)).name)
+    except (redis.exceptions.RedisClusterException, redis.exceptions.RedisError, LookupError, AttributeError):
+        return None

@@ -309,7 +309,7 @@ class Operations:
         keys = self._keys(key)
         try:
             self._owed_first()
-            with self._server.errors(keys.name, "check"):
+            with self._server.errors(keys.name, "check", keys.value):
                 return bool(self._server.reader().exists(keys.value))
         except RedisUnavailableError as error:
             return cast(bool, self._failed_open("has_key", error))

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import redis.exceptions
 
+from .._core.breaker import Breaker
 from .._core.near import NearStore
 from .._core.tags import NAMESPACE, TagStates
 from .._primitives import Event, SectionLock
@@ -108,7 +109,8 @@ class SharedReads:
         """
         # While Redis is found unreachable, nobody waits on another's GET (a
         # probe may hang for a socket timeout): each asks the breaker itself.
-        while not self._server.breaker.tripped and (pending := self._pending.get(name)) is not None:
+        breaker = self._server.breaker_of(name)
+        while not breaker.tripped and (pending := self._pending.get(name)) is not None:
             with self._lock:  # against the read finishing meanwhile
                 if pending.finished:
                     break
@@ -147,8 +149,8 @@ class SharedReads:
                 # more GET to a server that is failing (a failover).
                 self._finish(batch, pending.error)
                 raise pending.error
-            return self._send(name, batch, store)
-        return self._send(name, _SharedRead(), store)
+            return self._send(name, batch, store, breaker)
+        return self._send(name, _SharedRead(), store, breaker)
 
     def _finish(self, read: _SharedRead, error: BaseException | None) -> None:
         with self._lock:
@@ -158,7 +160,7 @@ class SharedReads:
         if done is not None:
             done.set()
 
-    def _send(self, name: bytes, read: _SharedRead, store: Any) -> bytes | None:
+    def _send(self, name: bytes, read: _SharedRead, store: Any, breaker: Breaker) -> bytes | None:
         reads = self._pending
         reads[name] = read
         self._sent = next(self._numbers)
@@ -168,12 +170,14 @@ class SharedReads:
         error: BaseException | None = None
         try:
             try:
-                probe = server.admitted()
+                probe = server.admitted(breaker)
                 reader = server.reader() if server.replicas else server.client
                 states = self._states
                 if store is None and states is not None:
                     sent = time.monotonic()
-                    if states.namespace_due(sent + self._trip):
+                    # Together only where one server holds both (a cluster's
+                    # node that fails must not fail the other's reads).
+                    if states.namespace_due(sent + self._trip) and server.same_node(name, self._namespace):
                         raw: bytes | None = self._with_namespace(reader, name, states)
                     else:
                         raw = reader.get(name)
@@ -188,7 +192,7 @@ class SharedReads:
                     self._trip = time.monotonic() - began
                 else:
                     raw = reader.get(name)
-                server.answered(probe)
+                server.answered(probe, breaker)
             except AttributeError as exc:
                 lost = lost_connection(exc)
                 if lost is None:

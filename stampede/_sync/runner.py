@@ -339,7 +339,7 @@ class Runner:
         subscriber = self._subscriber
         watch = subscriber.watch(keys.channel)
         try:
-            with self._server.errors(keys.name, "wait for the rebuild"):
+            with self._server.errors(keys.name, "wait for the rebuild", keys.value):
                 pttl = op.lease_pttl
                 while True:
                     remaining = deadline - clock.monotonic()
