@@ -13,28 +13,9 @@ import pytest
 import redis
 
 import stampede
-from stampede._core import policy
 from stampede.testing import RedisServer
-from tests.helpers import Rebuilds, wait_until
-
-
-class DatabaseDown(Exception):
-    """What the rebuilds raise while their database is down."""
-
-
-def failing(attempts: list[int]) -> Any:
-    def rebuild() -> Any:
-        attempts.append(1)
-        raise DatabaseDown("could not connect to server")
-
-    return rebuild
-
-
-@pytest.fixture
-def long_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A back-off far longer than any test step."""
-    monkeypatch.setattr(policy, "REBUILD_FIRST_PAUSE", 60.0)
-    monkeypatch.setattr(policy, "REBUILD_LONGEST_PAUSE", 60.0)
+from tests.helpers import Rebuilds, failing, wait_until
+from tests.observers import Recorder
 
 
 def _past_its_stale_window(sf: Any, key: str, value: Any) -> None:
@@ -115,3 +96,33 @@ def test_a_value_kept_for_errors_is_served_when_redis_fails(server: RedisServer,
     finally:
         admin.config_set("maxmemory", 0)
         admin.close()
+
+
+def test_a_value_kept_for_errors_that_is_invalidated_meanwhile_is_not_taken_for_a_new_one(
+    make_driver: Any,
+) -> None:
+    # A waiter waits for bytes other than the value kept for errors. That
+    # value marked stale in place (an invalidation) is not a rebuild landing.
+    recorder = Recorder()
+    holder = make_driver(stale_if_error=600)
+    waiting = make_driver(stale_if_error=600, on_event=recorder)
+    _past_its_stale_window(holder, "k", "old")
+    started, finish = threading.Event(), threading.Event()
+
+    def slow_rebuild() -> str:
+        started.set()
+        assert finish.wait(10)
+        return "new"
+
+    results: list[Any] = []
+    holding = threading.Thread(target=lambda: results.append(holder.get_or_rebuild("k", slow_rebuild)))
+    holding.start()
+    assert started.wait(10)
+    waiter = threading.Thread(target=lambda: results.append(waiting.get_or_rebuild("k", lambda: "waiter's")))
+    waiter.start()
+    wait_until(lambda: recorder.count(stampede.EventKind.LEASE_BUSY) >= 1)
+    holder.invalidate("k")  # in place: the holder's lease dropped, its bytes changed
+    waiter.join(10)
+    finish.set()
+    holding.join(10)
+    assert "old" not in results, results

@@ -278,6 +278,13 @@ class Flow:
             self.emit(EventKind.STALE_HIT)
         return entry.value, None
 
+    def _backed_off(self, said: Acquired, fallback: Entry | None) -> _Outcome:
+        """The key's last rebuild raised, too recently to try again: the value
+        kept for errors, if there is one, else that error at once."""
+        if fallback is not None:
+            return self._served_on_error(fallback)
+        return None, policy.on_backoff(self.keys.name, said)
+
     def _fill(
         self, fallback: Entry | None = None, fallback_raw: bytes | None = None
     ) -> Generator[Op, Any, _Outcome]:
@@ -296,9 +303,7 @@ class Flow:
             # Its last rebuild raised, as this process found out moments ago.
             known = self.failed_keys.known(self.keys.value, clock.monotonic())
             if known is not None:
-                if fallback is not None:
-                    return self._served_on_error(fallback)
-                return None, policy.on_backoff(self.keys.name, known[1])
+                return self._backed_off(known[1], fallback)
         while True:
             token = new_token()
             try:
@@ -310,9 +315,7 @@ class Flow:
                 # Its last rebuild raised, moments ago: that error, at once.
                 if self.failed_keys is not None:
                     self.failed_keys.note(self.keys.value, clock.monotonic(), acquired.lease_pttl, acquired)
-                if fallback is not None:
-                    return self._served_on_error(fallback)
-                return None, policy.on_backoff(self.keys.name, acquired)
+                return self._backed_off(acquired, fallback)
             if acquired.unfilled:
                 # A key that reads do not fill (nobody wrote it after the last
                 # read that took its lease): a miss at once, for this caller alone.
@@ -344,9 +347,11 @@ class Flow:
                     continue
                 self.emit(EventKind.WAIT, duration=clock.monotonic() - started)
                 landed = self.decode(waited.raw)
-                if landed is not None:
+                if landed is not None and (fallback is None or landed.created_at > fallback.created_at):
                     return landed.value, None
-                unusable = waited.raw  # foreign bytes: wait for them to change, do not spin
+                # Foreign bytes, or the value kept for errors changed in place
+                # (invalidated, touched): wait for them to change, do not spin.
+                unusable = waited.raw
                 if clock.monotonic() < deadline:
                     if self.take_over or not waited.released:
                         continue  # freed without a value (or expired): try to take it
