@@ -87,7 +87,7 @@ class AsyncServer:
         #: policy.Failover), which one breaker for the service would hold up;
         #: and a replica's answer says nothing of the primary: none opens for
         #: those, nor with replicas.
-        self.breaker = Breaker(settings.clock, self._breaker_changed)
+        self.breaker = Breaker(settings.clock, functools.partial(self._breaker_changed, None))
         self._trips = not self.fails_over and not replicas
         self._node_breakers: dict[str, Breaker] = {}
         self._bulk_limit: int | None = None
@@ -118,7 +118,7 @@ class AsyncServer:
             return self.breaker
         breaker = self._node_breakers.get(node)
         if breaker is None:
-            made = Breaker(self._settings.clock, functools.partial(self._node_changed, node))
+            made = Breaker(self._settings.clock, functools.partial(self._breaker_changed, node))
             breaker = self._node_breakers.setdefault(node, made)
         return breaker
 
@@ -195,33 +195,22 @@ class AsyncServer:
         ):
             breaker.failed(failure)
 
-    def _breaker_changed(self, opened: bool, error: BaseException | None) -> None:
-        """Once per change: a log line and an event."""
+    def _breaker_changed(self, node: str | None, opened: bool, error: BaseException | None) -> None:
+        """Once per change of the breaker of the instance (``node`` None) or
+        of a cluster's node: a log line and an event."""
+        server = "Redis" if node is None else f"Redis Cluster node {node}"
         if opened:
             logger.warning(
-                "Redis is unreachable (%s): calls skip it for a short, growing pause, "
-                "one at a time trying it again, until it answers",
+                "%s is unreachable (%s): %s skip it for a short, growing pause, one at a time "
+                "trying it again, until it answers",
+                server,
                 error,
+                "calls" if node is None else "calls on its keys",
             )
             self._settings.emit_named("", EventKind.REDIS_DOWN, error=error)
         else:
-            logger.warning("Redis answers again")
+            logger.warning("%s answers again", server)
             self._calls.kept.answered()  # what was kept while it was away: Redis has the say again
-            self._settings.emit_named("", EventKind.REDIS_UP)
-
-    def _node_changed(self, node: str, opened: bool, error: BaseException | None) -> None:
-        """Once per change of a cluster node's breaker: a log line and an event."""
-        if opened:
-            logger.warning(
-                "Redis Cluster node %s is unreachable (%s): calls on its keys skip it for a short, "
-                "growing pause, one at a time trying it again, until it or its replacement answers",
-                node,
-                error,
-            )
-            self._settings.emit_named("", EventKind.REDIS_DOWN, error=error)
-        else:
-            logger.warning("Redis Cluster node %s answers again", node)
-            self._calls.kept.answered()
             self._settings.emit_named("", EventKind.REDIS_UP)
 
     def translated(self, failure: BaseException, doing: str) -> StampedeError:
