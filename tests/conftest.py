@@ -17,6 +17,7 @@ import pytest
 import redis
 
 import stampede
+from stampede._core import policy
 from stampede._core.keys import KeySpace
 from stampede.testing import RedisCluster, RedisSentinel, RedisServer, find_valkey_server
 from tests.drivers import DRIVERS
@@ -162,3 +163,10 @@ def nothing_planted_ran() -> Iterator[None]:
     RAN.clear()
     yield
     assert RAN == [], "a value planted in Redis was deserialized"
+
+
+@pytest.fixture
+def long_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rebuild back-off far longer than any test step: what is told within it is certain."""
+    monkeypatch.setattr(policy, "REBUILD_FIRST_PAUSE", 60.0)
+    monkeypatch.setattr(policy, "REBUILD_LONGEST_PAUSE", 60.0)

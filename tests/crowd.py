@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 import stampede
+from stampede.testing import RedisServer
 from support.app_servers import AppServer
 from tests.helpers import wait_until
 
@@ -191,3 +192,24 @@ def group_invalidated_while_read(
         settled = readers.count()
         wait_until(lambda: readers.count() > settled + 2 * PAGES)  # and read after
     return readers.answers[since:]
+
+
+def read_through_an_outage(
+    app: CrowdServer, server: RedisServer, paths: list[str], clients: int, fault: str
+) -> tuple[list[int], int, int]:
+    """``clients`` readers of ``paths`` on ``app`` while its Redis ``server``
+    is ``"stopped"`` or ``"frozen"`` (SIGSTOP), then back: each reader gets
+    at least four answers during the fault and four after. Returns every
+    answer's status, the renders begun during the fault and the answers
+    counted during it."""
+    with Readers(app.server.port, paths, clients, timeout=30) as readers:
+        wait_until(lambda: readers.count() >= clients)
+        away, renders_before = readers.count(), app.renders()
+        server.pause() if fault == "frozen" else server.stop()
+        try:
+            wait_until(lambda: readers.count() >= away + 4 * clients, timeout=60)
+        finally:
+            server.resume() if fault == "frozen" else server.start()
+        back, renders_away = readers.count(), app.renders() - renders_before
+        wait_until(lambda: readers.count() >= back + 4 * clients, timeout=60)
+    return [status for status, _ in readers.answers], renders_away, back - away

@@ -154,3 +154,22 @@ def close_core(core: Any) -> None:
     manager = getattr(getattr(client, "connection_pool", None), "sentinel_manager", None)
     for sentinel in getattr(manager, "sentinels", ()):
         sentinel.close()
+
+
+class DatabaseDown(Exception):
+    """What the rebuilds of the tests raise while their database is down."""
+
+
+def failing(attempts: list[int], delay: float = 0.0, started: threading.Event | None = None) -> Any:
+    """A rebuild that counts its calls in ``attempts`` and raises
+    :class:`DatabaseDown` (after ``delay`` seconds, ``started`` set first)."""
+
+    def rebuild() -> Any:
+        attempts.append(1)
+        if started is not None:
+            started.set()
+        if delay:
+            threading.Event().wait(delay)
+        raise DatabaseDown("could not connect to server")
+
+    return rebuild

@@ -15,30 +15,7 @@ import stampede
 from stampede import RebuildFailedError
 from stampede._core import policy
 from stampede._core.keys import KeySpace
-from tests.helpers import Rebuilds, wait_until
-
-
-class DatabaseDown(Exception):
-    """What the rebuilds raise while their database is down."""
-
-
-def failing(counter: list[int], delay: float = 0.0, started: threading.Event | None = None) -> Any:
-    def rebuild() -> Any:
-        counter.append(1)
-        if started is not None:
-            started.set()
-        if delay:
-            threading.Event().wait(delay)
-        raise DatabaseDown("could not connect to server")
-
-    return rebuild
-
-
-@pytest.fixture
-def long_backoff(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A back-off far longer than any test step: what is told within it is certain."""
-    monkeypatch.setattr(policy, "REBUILD_FIRST_PAUSE", 60.0)
-    monkeypatch.setattr(policy, "REBUILD_LONGEST_PAUSE", 60.0)
+from tests.helpers import DatabaseDown, Rebuilds, failing, wait_until
 
 
 @pytest.mark.usefixtures("long_backoff")

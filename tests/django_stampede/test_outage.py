@@ -15,7 +15,7 @@ import pytest
 
 import stampede
 from stampede.testing import RedisServer
-from tests.crowd import CrowdServer, Readers
+from tests.crowd import CrowdServer, read_through_an_outage
 from tests.django_stampede.project import served
 from tests.helpers import wait_until
 
@@ -59,37 +59,17 @@ def test_every_request_is_answered_while_redis_is_away_and_after(
         }
     }
     app = serve(caches)
-    with Readers(app.server.port, PATHS, CLIENTS, timeout=30) as readers:
-        wait_until(lambda: readers.count() >= CLIENTS)
-        away, renders_before = readers.count(), app.renders()
-        server.pause() if fault == "frozen" else server.stop()
-        try:
-            wait_until(lambda: readers.count() >= away + 4 * CLIENTS, timeout=60)
-        finally:
-            server.resume() if fault == "frozen" else server.start()
-        back, renders_away = readers.count(), app.renders() - renders_before
-        wait_until(lambda: readers.count() >= back + 4 * CLIENTS, timeout=60)
-    statuses = [status for status, _ in readers.answers]
+    statuses, renders_away, answered_away = read_through_an_outage(app, server, PATHS, CLIENTS, fault)
     assert statuses == [200] * len(statuses), app.output()
     # Without Redis, the requests of the process still share each render
     # (one per page at a time), rather than render one each.
-    assert renders_away * 4 <= back - away, (renders_away, back - away)
+    assert renders_away * 4 <= answered_away, (renders_away, answered_away)
 
 
 def test_a_delete_made_while_redis_is_away_is_sent_when_it_answers(
     server: RedisServer, namespace: str
 ) -> None:
-    import django_stampede
-
-    params: dict[str, Any] = {
-        "OPTIONS": {
-            "NAMESPACE": namespace,
-            "FAIL_OPEN": True,
-            "socket_timeout": 0.5,
-            "socket_connect_timeout": 0.5,
-        }
-    }
-    cache = django_stampede.StampedeCache(server.url, params)
+    cache = _fail_open_cache(server, namespace)
     cache.set("page", "old", 600)
     server.pause()
     try:
@@ -122,15 +102,7 @@ def test_while_redis_is_away_a_header_list_seen_before_leads_to_the_page(
     # in one process. The list the process saw last is read instead.
     import django_stampede
 
-    params: dict[str, Any] = {
-        "OPTIONS": {
-            "NAMESPACE": namespace,
-            "FAIL_OPEN": True,
-            "socket_timeout": 0.5,
-            "socket_connect_timeout": 0.5,
-        }
-    }
-    cache = django_stampede.StampedeCache(server.url, params)
+    cache = _fail_open_cache(server, namespace)
     seen = "views.decorators.cache.cache_header.p.seen"
     cache.set(seen, ["HTTP_ACCEPT"], 600)
     assert cache.get(seen) == ["HTTP_ACCEPT"]
@@ -142,3 +114,16 @@ def test_while_redis_is_away_a_header_list_seen_before_leads_to_the_page(
             assert cache.get("views.decorators.cache.cache_header.p.unseen") is None
     finally:
         server.start()
+
+
+def _fail_open_cache(server: RedisServer, namespace: str) -> Any:
+    """A ``StampedeCache`` with ``FAIL_OPEN`` whose connections give up after half a second."""
+    import django_stampede
+
+    options = {
+        "NAMESPACE": namespace,
+        "FAIL_OPEN": True,
+        "socket_timeout": 0.5,
+        "socket_connect_timeout": 0.5,
+    }
+    return django_stampede.StampedeCache(server.url, {"OPTIONS": options})

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 
 from stampede.testing import RedisServer
-from tests.crowd import CrowdServer, Readers
+from tests.crowd import CrowdServer, read_through_an_outage
 from tests.flask_stampede import crowd_app
-from tests.helpers import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -72,18 +71,8 @@ def test_every_request_is_answered_while_redis_is_away_and_after(
     fault: str,
 ) -> None:
     app = serve(configure(server.url, namespace))
-    with Readers(app.server.port, ["/page"], CLIENTS, timeout=30) as readers:
-        wait_until(lambda: readers.count() >= CLIENTS)
-        away, renders_before = readers.count(), app.renders()
-        server.pause() if fault == "frozen" else server.stop()
-        try:
-            wait_until(lambda: readers.count() >= away + 4 * CLIENTS, timeout=60)
-        finally:
-            server.resume() if fault == "frozen" else server.start()
-        back, renders_away = readers.count(), app.renders() - renders_before
-        wait_until(lambda: readers.count() >= back + 4 * CLIENTS, timeout=60)
-    statuses = [status for status, _ in readers.answers]
+    statuses, renders_away, answered_away = read_through_an_outage(app, server, ["/page"], CLIENTS, fault)
     assert statuses == [200] * len(statuses), app.output()
     # Without Redis, the requests of the process share each render (one at
     # a time, kept for the page's ttl), rather than render one each.
-    assert renders_away * 4 <= back - away, (renders_away, back - away)
+    assert renders_away * 4 <= answered_away, (renders_away, answered_away)
