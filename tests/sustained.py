@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from bench.load import _sustained
+from stampede._async.reads import MOST_READS
 from support.app_servers import SERVERS, Server
 
 #: Clients asking at once, seconds of asking, the page's timeout and its render's length: about
@@ -14,8 +15,12 @@ CLIENTS = 150
 SECONDS = 5.0
 TTL = 1
 RENDER_SECONDS = 0.3
-#: Redis connections one server process may hold, at most.
-CONNECTIONS = 30
+#: Redis connections one server process may hold, at most: its reads in flight (callers who come
+#: while a GET of the page is in flight share the next one, and never more than MOST_READS are in
+#: flight), the leader's commands and the subscriber. Not one per request waiting (up to 1,000 on
+#: a gevent worker), nor the pool's 100. How many reads are in flight at once follows the
+#: machine's load, not the code: 27 and 31 were seen with 40 threads per worker.
+CONNECTIONS = MOST_READS + 10
 #: Requests sent together for a cold page whose render is held open.
 CROWD = 40
 
@@ -38,7 +43,7 @@ def check_load(served: _sustained.Served, path: str) -> None:
     assert outcome.overlaps == [], outcome.describe()
     assert outcome.begun == len(outcome.renders), outcome.describe()  # none left unfinished
     assert len(outcome.renders) >= 2, outcome.describe()
-    assert outcome.peak_connections < CONNECTIONS, outcome.describe()
+    assert outcome.peak_connections <= CONNECTIONS, outcome.describe()
 
 
 def server_named(name: str) -> Server:

@@ -8,12 +8,15 @@ each test counts round trips, never durations.
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 
+import stampede
 from stampede._core.keys import KeySpace
 from stampede.testing import RedisServer
 from support.proxies import LagProxy
@@ -91,3 +94,64 @@ def test_a_caller_does_not_wait_for_another_callers_reply_to_send_its_own_get(
         assert [future.result(30) for future in later] == ["v"] * 3
     # Shared, or one each: never a GET per caller and more.
     assert proxy.requests(entry) - sent <= 3
+
+
+class _HeldAfterLookup(dict):  # type: ignore[type-arg]
+    """The instance's GETs in flight, by key; the thread ``held`` is stopped, once, just after it
+    looked one up, until ``go`` is set (a thread the OS holds up at that point)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: threading.Thread | None = None
+        self.looked = threading.Event()
+        self.go = threading.Event()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        found = super().get(key, default)
+        if threading.current_thread() is self.held and not self.looked.is_set():
+            self.looked.set()
+            self.go.wait(30)
+        return found
+
+
+def test_a_thread_held_up_while_the_read_it_would_share_is_sent_and_answered_gets_that_reply(
+    proxy: LagProxy, keys: KeySpace, namespace: str
+) -> None:
+    # A caller that finds a GET of its key in flight joins the next GET, sent by the first caller
+    # who came. Should the joining thread be held up between finding the GET in flight and joining,
+    # long enough for that next GET to be sent and answered, it takes that reply: it was sent
+    # after it asked. It used to wait for an event nobody would ever set: a request hung.
+    sf = stampede.Stampede(redis.Redis.from_url(proxy.url, socket_timeout=30), namespace=namespace)
+    got: dict[str, Any] = {}
+
+    def read(name: str) -> None:
+        got[name] = sf.get("k")
+
+    try:
+        sf.set("k", "v", ttl=60)
+        entry = keys("k").value
+        _open_connections(sf, 3)
+        pending = sf._reads._pending = _HeldAfterLookup()
+        proxy.lag = 60.0
+        before = proxy.requests(entry)
+        first = threading.Thread(target=read, args=("first",), daemon=True)
+        first.start()  # its reply is held back
+        wait_until(lambda: proxy.requests(entry) > before)
+        late = threading.Thread(target=read, args=("late",), daemon=True)
+        pending.held = late
+        late.start()
+        assert pending.looked.wait(30)  # it found the first GET in flight
+        proxy.lag = 0.0
+        # The next caller sends the next GET (the first's reply still held back) and has it.
+        assert sf.get("k").value == "v"
+        pending.go.set()
+        late.join(30)
+        assert not late.is_alive(), "the held-up caller never got an answer"
+        assert got["late"].value == "v"
+        proxy.release()
+        first.join(30)
+        assert got["first"].value == "v"
+    finally:
+        proxy.release()
+        sf.close()
+        sf.client.close()

@@ -114,16 +114,22 @@ class AsyncSharedReads:
                 if pending.finished:
                     break
                 batch = pending.next
-                first = batch is None
+                gather: AsyncEvent | None = None  # what the batch's sender waits for
+                joined: AsyncEvent | None = None  # what those it sends for wait for
                 if batch is None:
                     # The first to come while it is in flight waits for it
                     # (a moment, if Redis is slow), then sends the batch's read.
                     batch = pending.next = _SharedRead()
-                    done = pending.done = pending.done or AsyncEvent()
-                else:
-                    done = batch.done = batch.done or AsyncEvent()
-            if not first:
-                await done.wait()  # bounded by the sender's socket timeout
+                    gather = pending.done = pending.done or AsyncEvent()
+                elif not batch.finished:
+                    joined = batch.done = batch.done or AsyncEvent()
+                # else the batch was sent and answered since this caller found
+                # ``pending`` in flight (a thread can be held up that long):
+                # sent after it asked, its reply is this caller's too, and
+                # nobody would set an event made for it now.
+            if gather is None:
+                if joined is not None:
+                    await joined.wait()  # bounded by the sender's socket timeout
                 if isinstance(batch.error, _ReadAbandoned):
                     # Its sender was cancelled: read again, sharing the reads of
                     # those who were waiting too (one read each would empty the pool).
@@ -133,7 +139,7 @@ class AsyncSharedReads:
                 return batch.raw
             try:
                 # Bounded by the sender's socket timeout; sooner if Redis is slow.
-                await done.wait(GATHER if self._sent - self._answered < self._most_reads else None)
+                await gather.wait(GATHER if self._sent - self._answered < self._most_reads else None)
             except BaseException:
                 # Cancelled: whoever waits on the batch reads again by themselves.
                 with self._lock:
