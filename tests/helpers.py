@@ -11,8 +11,9 @@ from typing import Any
 import redis
 import redis.cluster
 
-from stampede import PickleSerializer
+from stampede import PickleSerializer, Stampede
 from stampede._core.codec import encode
+from stampede._core.envelope import HEADER_SIZE, MAC_SIZE, TAGGED, read_block
 from stampede._core.near import CHECK_SECONDS
 
 
@@ -128,9 +129,38 @@ class Planted:
         return (_ran, ("planted",))
 
 
-def planted_pickle() -> bytes:
-    """An unsigned envelope as stampede writes it, holding a pickle that runs code when loaded."""
-    return encode(PickleSerializer(), Planted(), fresh_until=9e9, created_at=0.0, duration=0.0)
+def namespace_version(client: redis.Redis, namespace: str) -> int:
+    """The version of ``namespace``'s state, as anyone who can read Redis can read it (made
+    first, as any write would, if the namespace has none yet)."""
+    name = f"{namespace}:{{}}:tag"
+    if client.get(name) is None:
+        with Stampede(client, namespace=namespace) as maker:
+            maker.set("made-the-namespace's-state", 1, ttl=1)
+    raw = client.get(name)
+    assert isinstance(raw, bytes)
+    return int(raw.split(b":")[0])
+
+
+def plant_pickle(client: redis.Redis, name: bytes | str) -> None:
+    """Put, under the value name ``name`` (``<namespace>:{<key>``), a pickle that runs code when
+    loaded, recording its namespace's version as stampede's own values do."""
+    raw = name.encode() if isinstance(name, str) else name
+    namespace = raw[: raw.index(b"{") - 1].decode()
+    client.set(raw, planted_pickle(namespace_version(client, namespace)))
+
+
+def planted_pickle(namespace_version: int = 0) -> bytes:
+    """An unsigned envelope as stampede writes it, of the namespace whose state has version
+    ``namespace_version`` (see :func:`namespace_version`), holding a pickle that runs code when
+    loaded."""
+    return encode(
+        PickleSerializer(),
+        Planted(),
+        fresh_until=9e9,
+        created_at=0.0,
+        duration=0.0,
+        namespace=namespace_version,
+    )
 
 
 def commands_processed(admin: redis.Redis) -> int:
@@ -173,3 +203,38 @@ def failing(attempts: list[int], delay: float = 0.0, started: threading.Event | 
         raise DatabaseDown("could not connect to server")
 
     return rebuild
+
+
+def lease_record(client: redis.Redis, lease: bytes) -> tuple[bytes, int] | None:
+    """The lease record at ``lease`` (a lease key's name): its holder's token and the server time
+    (ms) it is held until; ``None`` if the key holds no record (none, or a mark)."""
+    raw = client.get(lease)
+    if not isinstance(raw, bytes) or raw.count(b":") != 2 or raw.startswith(b"!"):
+        return None
+    token, until, _ = raw.split(b":")
+    return token, int(until)
+
+
+def lease_token(client: redis.Redis, lease: bytes) -> bytes | None:
+    """The token of the lease recorded at ``lease``, held or lapsed; ``None`` if none."""
+    record = lease_record(client, lease)
+    return None if record is None else record[0]
+
+
+def lease_held(client: redis.Redis, lease: bytes, token: str | None = None) -> bool:
+    """Whether a lease (``token``'s, if given) is held at ``lease`` now, by the server's clock:
+    recorded, and not lapsed."""
+    record = lease_record(client, lease)
+    if record is None or (token is not None and record[0] != token.encode()):
+        return False
+    seconds, micros = client.time()
+    return record[1] > seconds * 1000 + micros // 1000
+
+
+def payload_of(raw: bytes, *, signed: bool = False) -> bytes:
+    """The payload of the stored value ``raw``: after its header and its tag block (every value
+    has one: its namespace's version at least), before its signature."""
+    at = HEADER_SIZE
+    if raw[0] & TAGGED:
+        at = read_block(raw, HEADER_SIZE)[2]
+    return raw[at : len(raw) - (MAC_SIZE if signed else 0)]

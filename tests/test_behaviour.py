@@ -7,6 +7,7 @@ import pickle
 import struct
 import threading
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -23,9 +24,9 @@ from stampede import (
     WaitTimeoutError,
 )
 from stampede._core.codec import encode
-from stampede._core.envelope import KIND, SIGNED, header
+from stampede._core.envelope import KIND, SIGNED
 from stampede._core.keys import KeySpace
-from tests.helpers import Rebuilds, run_threads, wait_until
+from tests.helpers import Rebuilds, namespace_version, run_threads, wait_until
 
 #: What a count of the commands a test sent leaves out: its own, and heartbeats.
 _NOT_COUNTED = ("cmdstat_info", "cmdstat_config", "cmdstat_ping")
@@ -314,21 +315,30 @@ def test_value_and_lease_share_a_cluster_slot() -> None:
 @pytest.mark.parametrize(
     "foreign",
     [
-        b"not an envelope",
-        bytes([KIND]),  # truncated header
-        bytes([KIND | SIGNED]) + b"\x00" * 80,  # a signed envelope, to a reader that does not sign
-        encode(JsonSerializer(), [1], fresh_until=9e9, created_at=0, duration=0),  # another codec
-        header(KIND, PickleSerializer.codec_id, fresh_until=9e9, created_at=0, duration=0)
-        + b"\x80\x05truncated",
+        lambda _: b"not an envelope",
+        lambda _: bytes([KIND]),  # truncated header
+        lambda _: bytes([KIND | SIGNED]) + b"\x00" * 80,  # a signed envelope, to a reader that does not sign
+        # Another codec, and a truncated pickle, each recording the namespace's version as ours do.
+        lambda version: encode(
+            JsonSerializer(), [1], fresh_until=9e9, created_at=0, duration=0, namespace=version
+        ),
+        lambda version: encode(
+            PickleSerializer(), "x" * 40, fresh_until=9e9, created_at=0, duration=0, namespace=version
+        )[:-20],
         # stampede's format before this one
-        b"\xa7S\x01\x01" + struct.pack("<ddf", 9e9, 0, 0) + pickle.dumps("old"),
+        lambda _: b"\xa7S\x01\x01" + struct.pack("<ddf", 9e9, 0, 0) + pickle.dumps("old"),
     ],
+    ids=["text", "truncated-header", "signed", "another-codec", "truncated-pickle", "earlier-format"],
 )
 def test_foreign_or_corrupt_data_is_a_miss(
-    make_driver: Any, client: redis.Redis, keys: KeySpace, foreign: bytes, caplog: pytest.LogCaptureFixture
+    make_driver: Any,
+    client: redis.Redis,
+    keys: KeySpace,
+    foreign: Callable[[int], bytes],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     sf = make_driver()
-    client.set(keys("k").value, foreign)
+    client.set(keys("k").value, foreign(namespace_version(client, sf.namespace)))
     with caplog.at_level(logging.WARNING, logger="stampede"):
         assert sf.get("k") is None
         assert sf.get_or_rebuild("k", Rebuilds(), ttl=60) == "v1"

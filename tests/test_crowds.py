@@ -189,22 +189,28 @@ def test_a_rebuild_in_flight_across_clear_cannot_store_what_it_read_before(
 
 
 @pytest.mark.usefixtures("settled")
-def test_an_evicted_lease_does_not_throw_the_rebuild_away(sf: stampede.Stampede, keys: KeySpace) -> None:
-    # maxmemory evicted the lease while its holder rebuilt; nothing newer was
-    # written meanwhile: the commit still stores (fenced by Redis's clock).
+def test_an_evicted_lease_is_no_evidence_that_nothing_changed(sf: stampede.Stampede, keys: KeySpace) -> None:
+    # maxmemory evicted the lease while its holder rebuilt, and with it the
+    # only evidence that nothing was written, deleted or invalidated since it
+    # was won (a write may have come and its value been evicted too): the
+    # commit stores nothing. The caller is served what it rebuilt; the next
+    # read rebuilds.
+    rebuilds = Rebuilds()
+
     def rebuild() -> str:
         sf.client.delete(keys("evicted").lease)
-        return "rebuilt"
+        return rebuilds()
 
-    assert sf.get_or_rebuild("evicted", rebuild) == "rebuilt"
-    entry = sf.get("evicted")
-    assert entry is not None
-    assert entry.value == "rebuilt"
+    assert sf.get_or_rebuild("evicted", rebuild) == "v1"
+    assert sf.get("evicted") is None
+    assert sf.get_or_rebuild("evicted", rebuilds) == "v2"
+    assert sf.get("evicted").value == "v2"
 
 
 def test_a_rebuild_across_a_restart_cannot_store_what_it_read_before_a_delete(server: Any) -> None:
-    # The delete's fence was lost with the restart (no persistence): the
-    # server's uptime is what tells the lapsed commit it cannot vouch.
+    # The restart (no persistence) lost the lease's record with everything
+    # else: nothing vouches that the key was not written meanwhile, and the
+    # late commit stores nothing.
     client = redis.Redis.from_url(server.url, socket_timeout=5)
     sf = stampede.Stampede(client, namespace="restarted")
     read = sf.read("k")

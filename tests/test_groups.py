@@ -12,6 +12,7 @@ import pytest
 import redis
 
 import stampede
+from stampede._async.groups import DELETED_MARGIN_US
 from stampede._core.envelope import HEADER_SIZE
 from tests import workers
 from tests.helpers import wait_until
@@ -171,13 +172,35 @@ def test_a_lease_committed_with_tags_after_an_invalidation_stores_a_stale_value(
 def test_an_invalidation_of_a_tag_nothing_carried_yet_reaches_a_lease_committed_with_it(
     make_driver: Any,
 ) -> None:
-    # No entry carries "new-tag" yet, so it has no state: the bump makes one,
-    # for a lease won before it and committed with the tag after.
+    # No entry carries "new-tag" yet, so it has no state, and the bump makes
+    # none. A lease won before it and committed with the tag after finds a
+    # state made since it was won, which knows nothing of before: the value
+    # is stored stale.
     sf = make_driver()
+    sf.set("other", 1)  # the namespace's state exists, as once anything was stored
+    # A namespace's state made just now cannot tell whether a tag was deleted
+    # just before: leases won so soon after take no chance.
+    time.sleep(DELETED_MARGIN_US / 1e6)
     read = sf.read("k")
     sf.invalidate_tags("new-tag")
     assert sf.commit(read.lease, "read before the change", tags=["new-tag"])
     assert not sf.get("k").is_fresh()
+
+
+def test_a_deletion_of_a_tag_nothing_carried_yet_reaches_a_lease_committed_with_it(
+    make_driver: Any,
+) -> None:
+    # The same with delete_tags: the namespace's state notes that a tag was
+    # deleted, and the value, stored with a tag whose state was made since the
+    # lease was won, reads as missing.
+    sf = make_driver()
+    sf.set("other", 1)
+    time.sleep(DELETED_MARGIN_US / 1e6)
+    read = sf.read("k")
+    sf.delete_tags("new-tag")
+    assert sf.commit(read.lease, "read before the change", tags=["new-tag"])
+    assert sf.get("k") is None
+    assert sf.get("other").value == 1
 
 
 def test_a_value_of_a_deleted_tag_is_missing_to_incr_touch_and_delete_prefix_keeps_tags(
@@ -266,11 +289,16 @@ def test_a_tag_state_lives_as_long_as_its_entries(make_driver: Any, client: redi
     assert client.pttl(keys.prefix + b"t}:tag") > 2_000_000 > first > 10_000
     sf.set("forever", 1, ttl=None, tags=["t"])
     assert client.pttl(keys.prefix + b"t}:tag") == -1
-    # A state lost (evicted, deleted by hand): its entries turn stale, never wrongly fresh.
+    # A state lost (evicted, deleted by hand): whatever happened to the tag
+    # meanwhile is unknown, so its entries read as missing, never wrongly
+    # fresh or stale; the reader makes the state again, and what is stored
+    # from then on is fresh.
     client.delete(keys.prefix + b"t}:tag")
     sf.invalidate_tags("unrelated")  # nothing to do
     other = make_driver()
-    assert not other.get("long").is_fresh()
+    assert other.get("long") is None
+    other.set("long", 2, ttl=1000, tags=["t"])
+    assert sf.get("long").is_fresh()
 
 
 @pytest.mark.parametrize("signed", [False, True])

@@ -17,7 +17,7 @@ from stampede import RedisUnavailableError
 from stampede._core.keys import KeySpace
 from stampede.testing import RedisServer
 from tests import workers
-from tests.helpers import Rebuilds, run_threads, wait_until
+from tests.helpers import Rebuilds, lease_held, run_threads, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -93,7 +93,7 @@ def test_holder_paused_past_its_lease_cannot_overwrite_the_newer_value(
     os.kill(proc.pid, signal.SIGSTOP)
     try:
         lease = KeySpace(namespace)("k").lease
-        wait_until(lambda: client.exists(lease) == 0)  # the frozen watchdog stopped renewing
+        wait_until(lambda: not lease_held(client, lease))  # the frozen watchdog stopped renewing
         sf = stampede.Stampede(client, namespace=namespace, on_wait_timeout="raise")
         assert sf.get_or_rebuild("k", lambda: "newer", ttl=60) == "newer"
     finally:

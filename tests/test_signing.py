@@ -18,7 +18,7 @@ import stampede
 from stampede import ConfigurationError, EventKind, Signer
 from stampede._core.envelope import CODEC_AT, FRESH_UNTIL_AT, HEADER_SIZE, INT_CODEC, KIND, header
 from stampede._core.keys import KeySpace
-from tests.helpers import RAN, Planted, Rebuilds, planted_pickle, run_threads
+from tests.helpers import RAN, Planted, Rebuilds, plant_pickle, run_threads
 
 KEY = b"signing-key-for-tests-0123456789"
 OLD_KEY = b"the-previous-signing-key-4567890"
@@ -37,7 +37,7 @@ def test_a_planted_pickle_is_a_miss_never_loaded(
 ) -> None:
     events = Recorder()
     sf = make_driver(signing_key=KEY, on_event=events)
-    client.set(keys("k").value, planted_pickle())
+    plant_pickle(client, keys("k").value)
     with caplog.at_level(logging.WARNING, logger="stampede"):
         assert sf.get("k") is None
         assert sf.get_many(["k"]) == {}
@@ -50,7 +50,7 @@ def test_a_planted_pickle_is_a_miss_never_loaded(
 def test_without_signing_the_same_plant_runs(make_driver: Any, client: redis.Redis, keys: KeySpace) -> None:
     # What signing prevents: the test above would fail without it.
     sf = make_driver()
-    client.set(keys("k").value, planted_pickle())
+    plant_pickle(client, keys("k").value)
     sf.get("k")
     assert RAN == ["planted"]
     RAN.clear()

@@ -12,7 +12,7 @@ import redis
 
 from stampede import ConfigurationError, Read
 from stampede._core.keys import KeySpace
-from tests.helpers import run_threads, wait_until
+from tests.helpers import lease_held, run_threads, wait_until
 
 
 def test_read_a_fresh_value(make_driver: Any) -> None:
@@ -201,25 +201,25 @@ def test_store_if_lapsed(make_driver: Any, client: redis.Redis, keys: KeySpace) 
     sf = make_driver()
     # Lapsed, nobody else holds it, nothing newer: a late set still stores.
     late = sf.read("a", lease_ttl=0.05).lease
-    wait_until(lambda: client.exists(keys("a").lease) == 0)
+    wait_until(lambda: not lease_held(client, keys("a").lease))
     assert sf.commit(late, "late", store_if_lapsed=True) is True
     assert sf.get("a").value == "late"
     # Lapsed, and a newer value was stored meanwhile: it stays.
     sf.delete("b")
     stale = sf.read("b", lease_ttl=0.05).lease
-    wait_until(lambda: client.exists(keys("b").lease) == 0)
+    wait_until(lambda: not lease_held(client, keys("b").lease))
     sf.set("b", "newer", ttl=60)
     assert sf.commit(stale, "older", store_if_lapsed=True) is False
     assert sf.get("b").value == "newer"
     # Lapsed and taken by someone else: theirs will land.
     taken = sf.read("c", lease_ttl=0.05).lease
-    wait_until(lambda: client.exists(keys("c").lease) == 0)
+    wait_until(lambda: not lease_held(client, keys("c").lease))
     other = sf.read("c").lease
     assert sf.commit(taken, "mine", store_if_lapsed=True) is False
     assert sf.commit(other, "theirs") is True
     # Without the flag, a lapsed lease stores nothing.
     strict = sf.read("d", lease_ttl=0.05).lease
-    wait_until(lambda: client.exists(keys("d").lease) == 0)
+    wait_until(lambda: not lease_held(client, keys("d").lease))
     assert sf.commit(strict, "late") is False
 
 
@@ -257,12 +257,12 @@ def test_no_two_keys_share_a_redis_name() -> None:
     names: dict[bytes, str] = {}
     for key in TRICKY:
         made = space(key)
-        for name in (made.value, made.lease, made.fence, made.channel, made.scratch):
+        for name in (made.value, made.lease, made.channel, made.scratch):
             assert names.setdefault(name, key) == key, f"{key!r} and {names[name]!r} share {name!r}"
         # The value's name has no hash tag (a cluster slot of its own); the
         # names beside it have its whole name as theirs (the same slot).
         assert b"}" not in made.value
-        for beside in (made.lease, made.fence, made.channel, made.scratch):
+        for beside in (made.lease, made.channel, made.scratch):
             assert beside[beside.index(b"{") + 1 : beside.index(b"}")] == made.value
 
 

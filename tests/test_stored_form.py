@@ -1,7 +1,8 @@
 """What an entry costs in Redis, and that the compact form keeps every promise.
 
-An entry is its serialized value plus a 16-byte header, plus a 16-byte
-signature when signed: these tests hold the stored bytes to that, so a
+An entry is its serialized value plus a 16-byte header and its tag block (11
+bytes without tags: its namespace's version), plus a 16-byte signature when
+signed: these tests hold the stored bytes to that, so a
 change that makes every entry bigger fails here, not in a benchmark no one
 ran. And the compact fields (milliseconds, a float16, flags) still do their
 jobs: ints count, `invalidate` and `touch` work in place, compressed values
@@ -24,7 +25,17 @@ import redis
 import stampede
 from stampede import ConfigurationError, PickleSerializer
 from stampede._core import envelope
-from stampede._core.envelope import COMPRESSED, HEADER_SIZE, KIND, MAC_SIZE, SIGNED, STALE, TAGGED, header
+from stampede._core.envelope import (
+    COMPRESSED,
+    HEADER_SIZE,
+    KIND,
+    MAC_SIZE,
+    NAMESPACE_BLOCK_SIZE,
+    SIGNED,
+    STALE,
+    TAGGED,
+    header,
+)
 from stampede._core.keys import KeySpace
 
 KEY = b"signing-key-for-tests-0123456789"
@@ -42,7 +53,7 @@ def test_an_entry_is_its_pickle_a_header_and_a_signature(
     sf = make_driver(signing_key=KEY if signed else None)
     sf.set("k", value, ttl=60)
     stored = client.get(keys("k").value)
-    overhead = HEADER_SIZE + (MAC_SIZE if signed else 0)
+    overhead = HEADER_SIZE + NAMESPACE_BLOCK_SIZE + (MAC_SIZE if signed else 0)
     assert len(stored) == overhead + len(PickleSerializer().dumps(value))
     # Smaller than the whole pickle a stock cache stores, for an unsigned value.
     assert len(stored) - overhead < len(pickle.dumps(value, pickle.HIGHEST_PROTOCOL))
@@ -68,7 +79,7 @@ def test_ints_round_trip_and_count(
     assert sf.incr("n", 1) == number + 1
     assert sf.get("n").value == number + 1
     stored = client.get(keys("n").value)
-    payload = stored[HEADER_SIZE : len(stored) - (MAC_SIZE if signed else 0)]
+    payload = stored[HEADER_SIZE + NAMESPACE_BLOCK_SIZE : len(stored) - (MAC_SIZE if signed else 0)]
     if signed:  # binary: as short as it goes
         assert payload == (number + 1).to_bytes(len(payload), "little", signed=True)
         assert len(payload) <= max(1, ((number + 1).bit_length() + 8) // 8)
@@ -81,7 +92,7 @@ def test_a_signed_int_costs_less_than_its_digits(
 ) -> None:
     sf = make_driver(signing_key=KEY)
     sf.set("n", 123456, ttl=60)
-    assert len(client.get(keys("n").value)) == HEADER_SIZE + 3 + MAC_SIZE
+    assert len(client.get(keys("n").value)) == HEADER_SIZE + NAMESPACE_BLOCK_SIZE + 3 + MAC_SIZE
 
 
 def test_times_keep_a_millisecond(make_driver: Any) -> None:
@@ -165,7 +176,7 @@ def test_a_value_in_the_earlier_format_is_a_miss_said_as_such(
     with caplog.at_level(logging.WARNING, logger="stampede"):
         assert sf.get_or_rebuild("k", lambda: "new", ttl=60) == "new"
     assert "earlier stampede format" in caplog.text
-    assert client.get(keys("k").value)[0] == KIND  # stored in this one
+    assert client.get(keys("k").value)[0] & 0xF0 == KIND  # stored in this one
 
 
 def test_incr_refuses_what_it_cannot_change_in_place(

@@ -140,9 +140,10 @@ class AsyncLeases:
         and free the lease; ``ttl``/``stale_ttl`` default to those of the
         ``read``. Returns whether it was stored: ``False`` when the lease had
         lapsed or been cancelled (a newer write stays). With
-        ``store_if_lapsed``, a lease that merely lapsed (nobody else holds one,
-        and nothing stored is newer than the ``read``) still stores: the
-        semantics of a cache ``set`` that came late. ``tags``: those the value
+        ``store_if_lapsed``, a lease that merely lapsed still stores while
+        Redis keeps its record (``max_lease_time + lease_ttl`` from the
+        ``read``): nobody took the key over, nothing wrote, deleted or
+        invalidated it since; the semantics of a cache ``set`` that came late. ``tags``: those the value
         carries, if not given to :meth:`read`; a tag invalidated since the
         ``read`` leaves the value stored stale (or, deleted, missing).
         """

@@ -24,7 +24,7 @@ from .._core.near import NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
 from .._core.owed import Owed, OwedBook, as_of
 from .._core.settings import Settings
-from .._core.tags import NAMESPACE, UNTAGGED, Captured
+from .._core.tags import NAMESPACE, Captured
 from .._core.turns import KeyLocks
 from .._core.updates import swapped
 from .._exceptions import ConfigurationError, RedisUnavailableError
@@ -103,9 +103,7 @@ class AsyncOperations:
         steps = self._calls.plain_failed(names, error, replicas, one=one)
         return cast(list[Any], await self._runner.drive(steps, None, self._settings.options, None))
 
-    def _write_args(
-        self, keys: Keys, value: Any, options: Options, captured: Captured = UNTAGGED
-    ) -> list[Any]:
+    def _write_args(self, keys: Keys, value: Any, options: Options, captured: Captured) -> list[Any]:
         data = envelope_of(
             self._settings.codec,
             keys,
@@ -115,7 +113,7 @@ class AsyncOperations:
             duration=0.0,
             captured=captured,
         )
-        return messages.write_args(keys, data, options, self._options.lapse_ms)
+        return messages.write_args(keys, data, options)
 
     async def set(
         self,
@@ -153,9 +151,7 @@ class AsyncOperations:
         keys = self._keys(key)
         try:
             await self._owed_first()
-            return bool(
-                await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
-            )
+            return bool(await self._server.script("write", keys, messages.delete_args(keys)))
         except RedisUnavailableError as error:
             return cast(bool, self._failed_open("delete", error, self._owed_removal("delete", keys)))
 
@@ -168,11 +164,7 @@ class AsyncOperations:
         keys = self._keys(key)
         try:
             await self._owed_first()
-            return bool(
-                await self._server.script(
-                    "invalidate", keys, messages.invalidate_args(self._options.lapse_ms)
-                )
-            )
+            return bool(await self._server.script("invalidate", keys, messages.invalidate_args()))
         except RedisUnavailableError as error:
             return cast(bool, self._failed_open("invalidate", error, self._owed_removal("invalidate", keys)))
 
@@ -246,15 +238,22 @@ class AsyncOperations:
         try:
             await self._owed_first()
             if self._settings.codec.signer is not None:
-                return (
-                    await self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
+                head = await self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options))
+                if head is None:
+                    return False
+            else:
+                head = await self._server.script(
+                    "touch",
+                    keys,
+                    messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
                 )
-            head = await self._server.script(
-                "touch",
-                keys,
-                messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
-            )
-            return bool(head) and not await self._dropped(keys, head)
+                if not head or await self._dropped(keys, head):
+                    return False
+            # Its tags' states now outlive it as they did before.
+            tags = tuple(tag for tag in self._settings.codec.recorded(head) if tag != NAMESPACE)
+            if tags:
+                await self._groups.keep_alive(tags, options)
+            return True
         except RedisUnavailableError as error:
             return cast(bool, self._failed_open("touch", error))
 
@@ -291,7 +290,7 @@ class AsyncOperations:
         await self._groups.read_lacking(self._settings.judge.tags_unknown(head))
         if not self._settings.judge.deleted_by_tags(head):
             return False
-        await self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
+        await self._server.script("write", keys, messages.delete_args(keys))
         return True
 
     async def _swap(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
@@ -350,23 +349,20 @@ class AsyncOperations:
         if unknown:
             raise unknown_arguments(self.set_many, unknown)
         options = self._settings.call_options(ttl, stale_ttl)
-        calls = [
-            (names, self._write_args(names, value, options)) for names, value in self._settings.items(mapping)
-        ]
+        items = list(self._settings.items(mapping))
         try:
             await self._owed_first()
+            captured = await self._groups.capture((), options)
+            calls = [(names, self._write_args(names, value, options, captured)) for names, value in items]
             await self._server.pipelined("write", calls)
         except RedisUnavailableError as error:
             self._failed_open(
-                "set_many", error, *(self._owed_removal("invalidate", names) for names, _ in calls)
+                "set_many", error, *(self._owed_removal("invalidate", names) for names, _ in items)
             )
 
     async def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
-        calls = [
-            (names, messages.delete_args(names, self._options.lapse_ms))
-            for _, names in self._settings.many(keys).values()
-        ]
+        calls = [(names, messages.delete_args(names)) for _, names in self._settings.many(keys).values()]
         try:
             await self._owed_first()
             return sum(await self._server.pipelined("write", calls))
@@ -393,7 +389,8 @@ class AsyncOperations:
         return await self._unlink_matching(self._keys.prefix_patterns(prefix), under, tag_states=False)
 
     async def clear(self) -> int:
-        """Delete every key of this namespace (values, leases, fences, tags' states);
+        """Delete every key of this namespace (values, leases, tags' states;
+        not the namespace's own state, which entries being written record);
         returns how many values.
 
         Walks the keyspace with ``SCAN``: cost grows with the database, not
@@ -420,7 +417,7 @@ class AsyncOperations:
         return deleted
 
     async def _unlink(self, names: list[bytes], under: bytes, tag_states: bool) -> int:
-        """Delete ``names``; returns how many were values (not leases or fences)."""
+        """Delete ``names``; returns how many were values (not leases or the like)."""
         values, others, fenced = messages.unlink_plan(
             self._keys.prefix, names, under=under, tag_states=tag_states
         )
@@ -430,7 +427,7 @@ class AsyncOperations:
         if values and self._near is not None:
             self._near.invalidate(values)  # this process sees its own deletes at once
         if fenced:
-            calls = [(keys, messages.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
+            calls = [(keys, messages.delete_args(keys)) for keys in fenced]
             deleted += sum(await self._server.pipelined("write", calls))
         return deleted
 
@@ -484,10 +481,10 @@ class AsyncOperations:
     async def _remove(self, removal: Owed) -> None:
         keys = removal.keys
         if removal.kind == "delete" and keys is not None:
-            args = messages.delete_args(keys, self._options.lapse_ms, removal.as_of)
+            args = messages.delete_args(keys, removal.as_of)
             await self._server.script("write", keys, args)
         elif removal.kind == "invalidate" and keys is not None:
-            args = messages.invalidate_args(self._options.lapse_ms, removal.as_of)
+            args = messages.invalidate_args(removal.as_of)
             await self._server.script("invalidate", keys, args)
         elif removal.kind == "tags":
             await self._groups.bump((removal.tag,), hard=removal.hard)

@@ -314,7 +314,15 @@ class AsyncServer:
                 # One EVALSHA (redis-py loads the script on NOSCRIPT), not a
                 # pipeline, which asks SCRIPT EXISTS first.
                 names, args = calls[0]
-                return [await self.scripts[script](keys=names, args=args)]
+                try:
+                    return [await self.scripts[script](keys=names, args=args)]
+                except redis.exceptions.NoScriptError:
+                    # Flushed again between redis-py's load and its second
+                    # try (SCRIPT FLUSH, a restart): sent whole, it cannot be.
+                    (result,) = await self._pipeline(script, calls, by_source=True)
+                    if isinstance(result, Exception):
+                        raise result from None
+                    return [result]
             results = await self._pipeline(script, calls, by_source=False)
             again = _unscripted(results)
             retried = await self._pipeline(script, [calls[i] for i in again], by_source=True) if again else []

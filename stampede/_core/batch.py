@@ -163,6 +163,16 @@ class _Batch:
                     self.found[key] = value
         return self.found
 
+    def _lost_read(self, raws: list[Any]) -> Generator[Op, Any, None]:
+        """Before values read in the middle of the batch are judged: the tag
+        states they record that were found lost are read (and made) again
+        (see ``Flow._judged``)."""
+        lost: dict[bytes, None] = {}
+        for raw in raws:
+            lost.update(dict.fromkeys(self.judge.tags_lost(raw)))
+        if lost:
+            yield ReadTags(tuple(lost))
+
     def _emit_batch(self, kind: EventKind, **details: Any) -> None:
         self.settings.emit_named("", kind, **details)
 
@@ -224,6 +234,7 @@ class _Batch:
         won: list[_Won] = []
         landed: list[tuple[Keys, str]] = []
         waits: list[tuple[Any, Keys]] = []
+        yield from self._lost_read([acquired.current for acquired in replies if acquired.won])
         for (key, names, entry, fallback), (_, token), acquired in zip(todo, asked, replies, strict=True):
             if not acquired.won:
                 settings.emit(names, EventKind.LEASE_BUSY)
@@ -320,7 +331,7 @@ class _Batch:
                 yield ReleaseMany(leases)
                 raise
             stored.append((one, value))
-            commits.append((one.keys, Commit(one.token, data, one.won_at, one.won_at)))
+            commits.append((one.keys, Commit(one.token, data, if_lapsed=True)))
         if absent:
             yield ReleaseMany(tuple(absent))
         try:
@@ -337,6 +348,7 @@ class _Batch:
             for one, value in stored:
                 found[one.key] = one.stale.value if one.stale is not None else value
             return
+        yield from self._lost_read([outcome.current for outcome in replies if isinstance(outcome, Refused)])
         for (one, value), outcome in zip(stored, replies, strict=True):
             if isinstance(outcome, Refused):
                 newer = self.judge.decode(one.keys, outcome.current)

@@ -157,6 +157,7 @@ class Calls:
             unfilled_keys=self.unfilled,
             failed_keys=self.failed,
             kept=self.kept,
+            lost=settings.judge.tags_lost,
             **kwargs,
         )
 

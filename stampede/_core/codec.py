@@ -355,10 +355,18 @@ def encode(
     fresh_until: float,
     created_at: float,
     duration: float,
+    namespace: int = 0,
 ) -> bytes:
-    """An unsigned, uncompressed envelope of ``value``; the serializer's errors propagate."""
+    """An unsigned envelope of ``value`` recording the namespace's version
+    ``namespace`` (0: none, which reads as missing wherever the namespace has
+    a state); the serializer's errors propagate."""
     return Codec(serializer).encode(
-        b"", value, fresh_until=fresh_until, created_at=created_at, duration=duration
+        b"",
+        value,
+        fresh_until=fresh_until,
+        created_at=created_at,
+        duration=duration,
+        captured=Captured(namespace),
     )
 
 

@@ -36,8 +36,9 @@ tag block before its payload::
     +10     1     how many tags
     +11     ...   per tag: its version (uint64), its id's length (uint8), its id
 
-An entry of a namespace never invalidated as a whole, and without tags, has
-none.
+Every entry has one: an entry without tags records its namespace's version
+(:data:`NAMESPACE_BLOCK_SIZE` bytes), so that a namespace's state that was
+lost is never taken for one never invalidated.
 
 Payloads of ``compress_above`` bytes or more are stored deflated when that
 saves at least an eighth of them; a reader inflates at most
@@ -71,6 +72,7 @@ __all__ = [
     "KIND",
     "MAC_SIZE",
     "MAX_INFLATED",
+    "NAMESPACE_BLOCK_SIZE",
     "NEVER",
     "OLD_FORMAT",
     "SIGNED",
@@ -114,6 +116,8 @@ OLD_FORMAT = 0xA7  # the first byte of stampede's earlier formats
 pack_header = HEADER.pack
 _BLOCK_LENGTH = struct.Struct("<H")
 _BLOCK_HEAD = struct.Struct("<QB")  # the namespace's version, how many tags
+#: The tag block of an entry that carries no tag: its namespace's version.
+NAMESPACE_BLOCK_SIZE = _BLOCK_LENGTH.size + _BLOCK_HEAD.size
 _MARK = struct.Struct("<QB")  # a tag's version, its id's length
 
 

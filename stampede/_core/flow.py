@@ -31,6 +31,7 @@ from .ops import (
     Commit,
     Lookup,
     Op,
+    ReadTags,
     Rebuild,
     Rebuilt,
     Refused,
@@ -107,6 +108,7 @@ class Flow:
         failed_keys: FailedKeys | None = None,
         kept: KeptAlone | None = None,
         tags: tuple[bytes, ...] = (),
+        lost: Callable[[bytes | None], list[bytes]] | None = None,
     ) -> None:
         self.keys = keys
         self.options = options
@@ -125,6 +127,7 @@ class Flow:
         self.failed_keys = failed_keys
         self.kept = kept
         self.tags = tags
+        self.lost = lost
         #: What the value rebuilt records of its groups (see :class:`Capture`).
         self.captured = UNTAGGED
         self.committed = False  # set by settle(): whether a rebuilt value was stored
@@ -158,18 +161,30 @@ class Flow:
                 assert stale is not None
                 outcome = self._served_on_error(stale)
             else:
-                outcome = yield from self._without_redis()
+                outcome = yield from self._without_redis(exc)
         value, error = outcome
         if error is not None:
             raise error
         return value
 
-    def _without_redis(self) -> Generator[Op, Any, _Outcome]:
+    def _judged(self, raw: bytes | None) -> Generator[Op, Any, Entry | None]:
+        """What ``raw`` (read in the middle of the flow) holds, by the tag
+        states held however old; those found lost are read (and made) again
+        first: lost, they would make it read as missing, though it may be a
+        value written since, recording the state made again."""
+        lost = self.lost(raw) if self.lost is not None and raw is not None else None
+        if lost:
+            yield ReadTags(tuple(lost))
+        return self.decode(raw)
+
+    def _without_redis(self, error: RedisUnavailableError) -> Generator[Op, Any, _Outcome]:
         """Redis failed, under fail_open: what this process rebuilt or wrote of
         the key while Redis was away, if it is still fresh; else a rebuild
-        without Redis, kept for the next callers."""
+        without Redis, kept for the next callers. Not kept where Redis answers
+        but refuses to store (full: ``OOM``): its other callers' writes and
+        deletes reach it, and a value kept here would outlive them."""
         self.failed_open = True
-        kept, now = self.kept, self.clock.monotonic()
+        kept, now = (None if error.code == "OOM" else self.kept), self.clock.monotonic()
         if kept is not None:
             found, value = kept.get(self.keys.value, now)
             if found:
@@ -180,10 +195,10 @@ class Flow:
                 if not held.is_fresh(self.clock.time()):
                     self.emit(EventKind.STALE_HIT)
                 return held.value, None
-        value, error = yield from self._alone()
-        if error is None and kept is not None and self.take_over:
+        value, failed = yield from self._alone()
+        if failed is None and kept is not None and self.take_over:
             kept.keep(self.keys.value, value, now, self.options.ttl)
-        return value, error
+        return value, failed
 
     def _through_failover(self, error: RedisUnavailableError) -> Generator[Op, Any, Entry | Lookup]:
         """The first read failed: a replica's value to serve, or (where the
@@ -255,7 +270,7 @@ class Flow:
         if busy is not None:
             busy.forget(name)
         self.emit(EventKind.LEASE_WON)
-        current = self.decode(acquired.current)
+        current = yield from self._judged(acquired.current)
         if (
             current is not None
             and current.created_at > entry.created_at
@@ -326,7 +341,7 @@ class Flow:
                 return (yield from self._alone())
             if acquired.won:
                 self.emit(EventKind.LEASE_WON)
-                landed = self.decode(acquired.current)
+                landed = yield from self._judged(acquired.current)
                 if landed is not None and landed.is_fresh(clock.time()):
                     # A rebuild landed between our read and our lease.
                     yield Release(token)
@@ -346,7 +361,7 @@ class Flow:
                     pause = yield from failover.pause(exc, pause)
                     continue
                 self.emit(EventKind.WAIT, duration=clock.monotonic() - started)
-                landed = self.decode(waited.raw)
+                landed = yield from self._judged(waited.raw)
                 if landed is not None and (fallback is None or landed.created_at > fallback.created_at):
                     return landed.value, None
                 # Foreign bytes, or the value kept for errors changed in place
@@ -404,9 +419,9 @@ class Flow:
             yield Release(token, detached=True)
             raise
         rebuilt: Rebuilt = yield Rebuild(token, None if missed else stale)
-        # Fenced by the server's clock rather than by holding the lease, so
-        # that a lease evicted (maxmemory) or lapsed with nothing newer
-        # written meanwhile does not throw the rebuild away.
+        # Stored while the lease's record is there, held or lapsed: a
+        # rebuild that outlived its lease with nothing newer written
+        # meanwhile is not thrown away.
         return (yield from self.settle(token, rebuilt, stale, self.won_at))
 
     def settle(
@@ -443,7 +458,7 @@ class Flow:
             return None, exc
         try:
             outcome = yield from policy.committed(
-                Commit(token, data, won_at, self.won_at), self.options, self.clock
+                Commit(token, data, if_lapsed=won_at is not None), self.options, self.clock
             )
         except RedisUnavailableError as exc:
             # Its waiters compete for the lease again; freed in the
@@ -461,7 +476,7 @@ class Flow:
         self.committed = outcome is True
         if not self.committed:
             self.superseded = True
-            newer = self.decode(outcome.current) if isinstance(outcome, Refused) else None
+            newer = (yield from self._judged(outcome.current)) if isinstance(outcome, Refused) else None
             return policy.on_refused_commit(name, rebuilt.value, newer, self.emit), None
         return rebuilt.value, None
 

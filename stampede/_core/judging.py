@@ -96,6 +96,10 @@ class Judge:
             return False
         return self.tags.verdict(namespace, tags, strict=False) == DELETED
 
+    def tags_lost(self, raw: Any) -> list[bytes]:
+        """The tag ids ``raw`` records whose state was found lost lately."""
+        return self.tags.lost(self.codec.recorded(raw))
+
     def tags_unknown(self, *raws: Any) -> list[bytes]:
         """The tag ids, among those ``raws`` record, whose state was not read lately."""
         recorded: dict[bytes, None] = {}

@@ -20,7 +20,7 @@ class Keys:
 
     The value's name is ``<namespace>:{<key>``, without a hash tag (the key is
     escaped to hold no ``}``), so a cluster places it by all of its name. Its
-    lease, fence, scratch key and channel are ``<namespace>:{<value's name>}:...``:
+    lease, scratch key and channel are ``<namespace>:{<value's name>}:...``:
     their hash tag is the value's whole name, so they share its slot and the
     scripts that touch them all run on Redis Cluster. Built on every call, so
     only the value's name is made up front: a hit needs nothing else.
@@ -46,14 +46,9 @@ class Keys:
         return self._beside(b"}:ch")
 
     @property
-    def fence(self) -> bytes:
-        """When the key was last deleted or invalidated (server time), for a while."""
-        return self._beside(b"}:fence")
-
-    @property
     def script_keys(self) -> list[bytes]:
         """The keys every script is given, in the order the scripts expect."""
-        return [self.value, self.lease, self.scratch, self.fence]
+        return [self.value, self.lease, self.scratch]
 
     @property
     def scratch(self) -> bytes:
@@ -67,7 +62,7 @@ class Keys:
 def _escape(raw: bytes) -> bytes:
     """``raw`` with ``%`` and ``}`` escaped (``%25``, ``%7D``), so that a value's
     name holds no ``}`` (no hash tag) and every other name of the namespace
-    does: no two keys, and no key and another's lease or fence, ever share a
+    does: no two keys, and no key and another's lease, ever share a
     name. A prefix of a key escapes to a prefix of the key's escape."""
     if b"}" in raw or b"%" in raw:
         return raw.replace(b"%", b"%25").replace(b"}", b"%7D")
@@ -120,7 +115,7 @@ class KeySpace:
 
     def prefix_patterns(self, prefix: str) -> tuple[bytes, bytes]:
         """SCAN patterns for the values of every key starting with ``prefix``,
-        and for their leases, fences and scratch keys."""
+        and for their leases and scratch keys."""
         under = self.value_prefix(prefix)
         return _glob_escape(under) + b"*", _glob_escape(self._prefix + under) + b"*"
 

@@ -66,7 +66,7 @@ class Lease:
         self._flow = flow
         self._options = options
         self._started = started  # monotonic: the rebuild's duration
-        self._won_at = won_at  # the server's clock: what a lapsed commit is fenced by
+        self._won_at = won_at  # the server's clock: tags bumped since make the value stale
         self._keeper: Any = None  # what renews it while a LeaseScope holds it, if anything
         self._on_miss = on_miss  # won on a miss (no stale value in hand): its key read as missing
         #: Not a Redis lease: Redis failed under fail_open, and this holder

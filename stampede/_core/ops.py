@@ -131,18 +131,14 @@ class Commit:
     """Write ``data`` if ``token`` still holds the lease, release the lease
     and wake waiters. Result: ``True`` if it was written, else :class:`Refused`.
 
-    ``won_at``: the server's clock when the lease was won; with it, also
-    write if the lease lapsed with nobody else holding one and nothing was
-    written, deleted or invalidated since (by the server's clock).
+    ``if_lapsed``: also write if the lease lapsed, while its record is in
+    Redis still: nobody took the key over, and nothing wrote, deleted or
+    invalidated it since the lease was won (each of those drops the record).
     """
 
     token: str
     data: bytes
-    won_at: str | None = None
-    #: The server's clock when the lease was won, whatever ``won_at`` allows:
-    #: a removal owed through an outage and sent since, as of a later time,
-    #: refuses the write although the lease is still held.
-    held_since: str | None = None
+    if_lapsed: bool = False
 
 
 class Refused(NamedTuple):

@@ -256,7 +256,7 @@ class Options:
     @property
     def lapse_ms(self) -> int:
         """How late (ms after the lease was won) a lapsed lease's commit may still
-        store, and so how long a delete or invalidation fences such commits off."""
+        store: how long a lease's record is kept in Redis."""
         return int((self.max_lease_time + self.lease_ttl) * 1000)
 
     def merged(self, overrides: dict[str, Any]) -> Options:

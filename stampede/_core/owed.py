@@ -6,8 +6,8 @@ A write Redis could not take is owed as an invalidation of its key: the
 value it would have replaced must not be served after the outage as if it
 were still the latest (served stale while one caller renders it again, it
 may be). A removal of one key is sent as of when it was asked (see
-:func:`as_of`): it reaches what was written by then and fences the rebuilds
-begun before, while a value written since, by a process that reached Redis
+:func:`as_of`): it reaches what was written by then and cancels the rebuild
+whose lease was won before, while a value written since, by a process that reached Redis
 first after the outage, stays. Removals are idempotent, so one owed twice
 is kept once (the later), a delete of a key covers an invalidation of it
 owed before, and the stronger of two on one tag wins (a ``delete_tags``

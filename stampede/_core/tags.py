@@ -20,10 +20,17 @@ version recorded before it.
 
 The namespace is the tag ``""`` (key ``<namespace>:{}:tag``; no key is
 empty, so no value shares it), carried by every entry: ``invalidate_all``.
-Its key never expires, and missing it reads as version 0 (nothing
-invalidated yet). A tag's key is made or extended by every capture to outlive
-the entries that record it; missing when an entry carrying it is read, the
-entry is stale (its state was lost, or the entry outlived it by ``touch``).
+Its key never expires; it is made by the first rebuild that finds it
+missing. A tag's key is made or extended by every capture to outlive the
+entries that record it (``ttl + stale_ttl + stale_if_error + lease_ttl``),
+and no longer: a tag nobody captures leaves nothing behind.
+
+The absence of a state is never read as the absence of an invalidation: a
+state key that is missing (evicted under ``maxmemory``, expired, deleted by
+``clear``) or foreign makes every entry that records it read as missing, and
+the state made again knows nothing of before (every version recorded earlier
+is below its deleted version). Losing a state costs a rebuild of each entry
+that carries it, never a value served that should not be.
 
 Processes keep the states they read for ``tag_check_interval`` seconds (the
 bound on how late another process's invalidation is seen); with a near cache,
@@ -43,16 +50,20 @@ from .._exceptions import ConfigurationError
 __all__ = [
     "DELETED",
     "FRESH",
+    "LOST",
     "MAX_TAGS",
     "NAMESPACE",
     "STALE",
     "SUFFIX",
     "Captured",
+    "History",
     "TagStates",
     "TagsUnknown",
     "bumped_at",
+    "made_at",
     "microseconds",
     "parse_state",
+    "tag_deleted_at",
     "tag_ids",
     "versions_for",
 ]
@@ -68,10 +79,11 @@ SUFFIX = b"}:tag"
 #: Verdicts on an entry's recorded versions.
 FRESH, STALE, DELETED = 0, 1, 2
 
-#: The state of a tag whose key is missing: nothing recorded equals it, nothing
-#: is below its deleted version, so an entry carrying it is stale.
-_LOST = (-1, 0)
-_UNSEEN = (0, 0)  # the namespace's, before its first invalidate_all
+#: The state of a tag (or the namespace) whose key is missing or foreign:
+#: nothing recorded equals it and everything is below its deleted version, so
+#: an entry carrying it reads as missing, until the reader has made the state
+#: again, knowing nothing of before.
+LOST = (-1, 1 << 62)
 _MAX_STATES = 10_000
 _NOT_READ = (0, 0, float("-inf"), False)
 #: While Redis fails to answer for a state, how often it is asked again at least.
@@ -88,7 +100,8 @@ class Captured(NamedTuple):
     tags: tuple[tuple[bytes, int], ...] = ()
 
 
-#: An untagged entry of a namespace never invalidated: stored without a tag block.
+#: What an entry records before its capture (a value never stored so): as
+#: old as can be, so it reads as missing should it be.
 UNTAGGED = Captured(0)
 
 
@@ -141,24 +154,41 @@ def tag_ids(tags: Any, argument: str = "tags") -> tuple[bytes, ...]:
     return ids
 
 
-def parse_state(raw: Any, tag: bytes) -> tuple[int, int]:
-    """A state key's value as ``(current, deleted)``; missing or foreign: lost
-    (a tag) or never invalidated (the namespace)."""
+def _fields(raw: Any) -> list[int] | None:
+    """A state key's fields: current, deleted, bumped at, and (made since
+    they were added) made at, and, the namespace's, a tag deleted at."""
     if isinstance(raw, bytes):
         parts = raw.split(b":")
-        if len(parts) == 3 and all(part.isdigit() for part in parts):
-            return int(parts[0]), int(parts[1])
-    return _UNSEEN if tag == NAMESPACE else _LOST
+        if 3 <= len(parts) <= 5 and all(part.isdigit() for part in parts):
+            return [int(part) for part in parts]
+    return None
+
+
+def parse_state(raw: Any, tag: bytes = b"") -> tuple[int, int]:
+    """A state key's value as ``(current, deleted)``; missing or foreign: :data:`LOST`."""
+    fields = _fields(raw)
+    return LOST if fields is None else (fields[0], fields[1])
 
 
 def bumped_at(raw: Any) -> int:
     """When a state key's tag was last invalidated or deleted (server
     microseconds), ``0`` if never (or unknown)."""
-    if isinstance(raw, bytes):
-        parts = raw.split(b":")
-        if len(parts) == 3 and parts[2].isdigit():
-            return int(parts[2])
-    return 0
+    fields = _fields(raw)
+    return 0 if fields is None else fields[2]
+
+
+def made_at(raw: Any) -> int:
+    """When a state key was made (server microseconds); ``0`` for a state made
+    before this was recorded, taken as made long ago."""
+    fields = _fields(raw)
+    return 0 if fields is None or len(fields) < 4 else fields[3]
+
+
+def tag_deleted_at(raw: Any) -> int:
+    """When a tag of the namespace whose state key this is was last deleted
+    (server microseconds), ``0`` if unknown."""
+    fields = _fields(raw)
+    return 0 if fields is None or len(fields) < 5 else fields[4]
 
 
 def microseconds(server_time: str) -> int:
@@ -167,25 +197,40 @@ def microseconds(server_time: str) -> int:
     return int(seconds) * 1_000_000 + int((fraction + "000000")[:6])
 
 
+class History(NamedTuple):
+    """What a state says of its past, for a lease won before it was read:
+    when it was last bumped and when it was made (server microseconds)."""
+
+    bumped: int
+    made: int
+
+
 def versions_for(
     ids: tuple[bytes, ...],
     states: dict[bytes, tuple[int, int]],
     since_us: int | None = None,
-    bumped: dict[bytes, int] | None = None,
+    history: dict[bytes, History] | None = None,
+    deleted_since: bool = False,
 ) -> tuple[tuple[bytes, int], ...]:
     """What an entry records of ``states`` (read just now): each tag's current
     version; or, with ``since_us`` (the server's clock when the caller's lease
-    was won, its data being read after that) and when each tag was ``bumped``,
-    a version that makes the entry stale (or missing) when the tag was
-    invalidated (or deleted) since."""
+    was won, its data being read after that) and each state's ``history``, a
+    version that makes the entry stale (or missing) when the tag was
+    invalidated (or deleted) since. A state made since knows nothing of
+    before: the entry is stale, or missing if a tag of the namespace was
+    deleted since (``deleted_since``)."""
     recorded = []
     for tag in ids:
         current, deleted = states[tag]
-        # In the very microsecond the lease was won counts as after: on the
-        # side of a rebuild more.
-        if since_us is not None and bumped is not None and bumped.get(tag, 0) >= since_us:
-            # Deleted since (its version is of milliseconds): missing; else stale.
-            current = 0 if deleted and deleted >= since_us // 1000 else deleted
+        if since_us is not None and history is not None:
+            past = history.get(tag, History(0, 0))
+            # In the very microsecond the lease was won counts as after: on
+            # the side of a rebuild more.
+            if past.made >= since_us:
+                current = deleted if current > deleted and not deleted_since else 0
+            elif past.bumped >= since_us:
+                # Deleted since (its version is of milliseconds): missing; else stale.
+                current = 0 if deleted >= since_us // 1000 else deleted
         recorded.append((tag, current))
     return tuple(recorded)
 
@@ -266,12 +311,12 @@ class TagStates:
         worst = FRESH
         state = self.namespace
         usable = now < state[2] or (tracked and state[3]) or (not strict and state is not _NOT_READ)
-        if usable and namespace <= state[0]:
+        if usable and (namespace <= state[0] or state[0] < 0):  # read lately, or lost
             worst = _judge(namespace, state)
         else:
             unknown.append(NAMESPACE)
         outdated: list[bytes] = []
-        if namespace > state[0] and state is not _NOT_READ:
+        if namespace > state[0] >= 0 and state is not _NOT_READ:
             outdated.append(NAMESPACE)
         states = self._states
         for tag, version in tags:
@@ -342,6 +387,8 @@ class TagStates:
         was sent, it judges what the GET brought (trusted a moment longer)
         rather than cost the caller one more round trip. Only GETs sent
         while the state was known lately do this: never a chain of them."""
+        if self.interval <= 0:
+            return  # every judge reads the state itself
         with self._lock:
             state = self.namespace
             now = self._monotonic()
@@ -358,6 +405,16 @@ class TagStates:
                 return None
             found[tag] = (state[0], state[1])
         return found
+
+    def lost(self, ids: Iterable[bytes]) -> list[bytes]:
+        """Those of ``ids`` whose state was found lost (and not made again since)."""
+        states = self._states
+        out = []
+        for tag in ids:
+            state = self.namespace if tag == NAMESPACE else states.get(tag)
+            if state is not None and state[0] < 0:
+                out.append(tag)
+        return out
 
     def missing(self, ids: Iterable[bytes]) -> list[bytes]:
         """Those of ``ids`` whose state is not known lately."""
@@ -396,13 +453,6 @@ class TagStates:
         with self._lock:
             if self._ended(tag, token):
                 state = parse_state(raw, tag)
-                held = self.namespace if tag == NAMESPACE else self._states.get(tag)
-                if (
-                    held is not None
-                    and (held[0] > state[0] or held[1] > state[1])
-                    and self._monotonic() < held[2]
-                ):
-                    return  # a reply that overtook this one (versions only rise)
                 self._keep(tag, state, self.live)
 
     def drop_fill(self, name: bytes, token: object | None) -> None:
@@ -432,9 +482,28 @@ class TagStates:
         return state
 
     def _keep(self, tag: bytes, state: tuple[int, int], tracked: bool) -> None:
+        held = self.namespace if tag == NAMESPACE else self._states.get(tag)
+        if state == LOST:
+            # Kept as lost until the state made again is (see
+            # ``AsyncGroups.read_states``, which makes it at once): meanwhile
+            # the entries recording it read as missing, even to a judge that
+            # takes the states held however old, and a strict one reads it
+            # again. Never trusted as read lately.
+            lost = (state[0], state[1], self._monotonic(), False)
+            if tag == NAMESPACE:
+                self.namespace = lost
+            else:
+                self._states[tag] = lost
+            if held is not None and held is not _NOT_READ and held[0] >= 0:
+                self.on_change()
+            return
+        if held is not None and held[0] >= 0 and (held[0] > state[0] or held[1] > state[1]):
+            # A reply that overtook this one (versions only rise), however long
+            # ago: what a caller judges by after its own read must never be
+            # older than what it read.
+            return
         kept = (state[0], state[1], self._monotonic() + self.interval, tracked)
         if tag == NAMESPACE:
-            held: tuple[int, int, float, bool] | None = self.namespace
             self.namespace = kept
             self._read_until = kept[2]
         else:

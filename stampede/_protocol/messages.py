@@ -35,8 +35,9 @@ __all__ = [
 
 
 def acquire_args(token: str, options: Options, reads: bool) -> list[Any]:
-    """ACQUIRE's: a read (``reads``) gets no lease on a key marked unfilled."""
-    return [token, options.lease_ms, "r" if reads else ""]
+    """ACQUIRE's: a read (``reads``) gets no lease on a key marked unfilled; the
+    lease's record is kept as long as its holder may store (``lapse_ms``)."""
+    return [token, options.lease_ms, "r" if reads else "", options.lapse_ms]
 
 
 def acquired(reply: Any) -> Acquired:
@@ -64,11 +65,9 @@ def extend_args(token: str, options: Options) -> list[Any]:
 
 
 def commit_args(commit: Commit, keys: Keys, options: Options) -> list[Any]:
-    """COMMIT's: ``won_at`` (or ``""``) lets a lease that lapsed unopposed
-    store; ``held_since`` fences a holder by a removal owed through an outage."""
-    since = "" if commit.won_at is None else commit.won_at
-    held = "" if commit.held_since is None else commit.held_since
-    return [commit.token, commit.data, options.expire_ms or 0, keys.channel, since, options.lapse_ms, held]
+    """COMMIT's: ``if_lapsed`` lets a lease that lapsed store while its record
+    is there still (nobody wrote the key or took it over)."""
+    return [commit.token, commit.data, options.expire_ms or 0, keys.channel, "1" if commit.if_lapsed else ""]
 
 
 def commit_outcome(reply: Any) -> bool | Refused:
@@ -92,26 +91,27 @@ def release_args(release: Release, keys: Keys, options: Options) -> list[Any]:
 # --- writes -------------------------------------------------------------------
 
 
-def write_args(keys: Keys, data: bytes, options: Options, lapse_ms: int) -> list[Any]:
+def write_args(keys: Keys, data: bytes, options: Options) -> list[Any]:
     """WRITE's, storing ``data`` (an envelope) and cancelling any lease."""
-    return [data, options.expire_ms or 0, keys.channel, lapse_ms]
+    return [data, options.expire_ms or 0, keys.channel]
 
 
-def delete_args(keys: Keys, lapse_ms: int, as_of: float | None = None) -> list[Any]:
-    """WRITE's, deleting the value and cancelling any lease (fenced); with
-    ``as_of`` (the server's clock), only what was written by then (see
+def delete_args(keys: Keys, as_of: float | None = None) -> list[Any]:
+    """WRITE's, deleting the value and cancelling any lease; with ``as_of``
+    (the server's clock), only what was written by then (see
     :func:`invalidate_args`)."""
-    args: list[Any] = ["", 0, keys.channel, lapse_ms]
+    args: list[Any] = ["", 0, keys.channel]
     if as_of is not None:
         args.append(_seconds(as_of))
     return args
 
 
-def invalidate_args(lapse_ms: int, as_of: float | None = None) -> list[Any]:
+def invalidate_args(as_of: float | None = None) -> list[Any]:
     """INVALIDATE's; with ``as_of``, a removal owed through an outage, sent
-    late: it reaches only what was written by then and fences the rebuilds
-    begun before, while what was written since, and its lease, stay."""
-    return [lapse_ms] if as_of is None else [lapse_ms, _seconds(as_of)]
+    late: it reaches only what was written by then and cancels the rebuilds
+    whose lease was won by then, while what was written since, and a lease
+    won since, stay."""
+    return [] if as_of is None else [_seconds(as_of)]
 
 
 def _seconds(at: float) -> str:
@@ -152,11 +152,10 @@ def unlink_plan(
     """Sort names that ``SCAN`` found under the namespace ``prefix`` for
     deleting the values whose names start with ``under``: values and other
     keys to unlink, and keys whose rebuild is under way (they have a lease)
-    to delete as ``delete`` does, leaving a fence, so that rebuild cannot
-    store what it read before. Fences are left to expire: deleting one would
-    let such a commit through. Tags' states are unlinked only with
-    ``tag_states`` (``clear``): other entries may carry a tag whose name
-    starts like a prefix of keys."""
+    to delete as ``delete`` does, so that rebuild cannot store what it read
+    before. Tags' states are unlinked only with ``tag_states`` (``clear``):
+    other entries may carry a tag whose name starts like a prefix of keys;
+    the namespace's never."""
     leased: set[bytes] = set()
     values: list[bytes] = []
     others: list[bytes] = []
@@ -166,16 +165,19 @@ def unlink_plan(
                 values.append(name)
             continue
         if name.endswith(SUFFIX):  # a tag's state
-            if tag_states:
+            # Not the namespace's: lost, it would be made again by the next
+            # reader, and the entries that processes which read it lately
+            # still write would read as missing.
+            if tag_states and name != prefix + SUFFIX:
                 others.append(name)
             continue
         end = name.rfind(b"}")
-        value = name[len(prefix) : end]  # what a lease, fence or scratch key is beside
+        value = name[len(prefix) : end]  # what a lease or scratch key is beside
         if not name.startswith(prefix) or not value.startswith(under):
             continue
         if name[end:] == b"}:lease":
             leased.add(value)
-        elif name[end:] != b"}:fence":
+        else:
             others.append(name)
     values = [name for name in values if name not in leased]
     fenced = [Keys(value.decode("utf-8", "backslashreplace"), value) for value in sorted(leased)]

@@ -5,16 +5,25 @@ a command whose connection broke, so a script may execute although its
 first reply was lost. Every script therefore recognises its own earlier
 success (by token, or by the bytes it wrote) instead of reporting failure.
 
-Keys: KEYS[1] is the value, KEYS[2] the lease, KEYS[3] a scratch key, KEYS[4]
-the fence (when the key was last deleted or invalidated); all carry the
-same hash tag.
+Keys: KEYS[1] is the value, KEYS[2] its lease, KEYS[3] a scratch key; all
+carry the same hash tag.
 
-Fencing trusts only Redis's clock: every stored value carries, in its header
-(see ``stampede._core.envelope``: bytes 2-7, counting from 1 as Lua does),
-the server's ``TIME`` when it was written, in milliseconds rounded up, and a
-lease reports the server's ``TIME`` when it was won. A commit whose lease
-lapsed stores only if nothing was written, deleted or invalidated since then;
-two hosts' clocks are never compared.
+A lease key holds a record, ``<token>:<held until>:<won at>`` (the server's
+clock, in milliseconds): the lease is held until ``held until`` (renewed by
+EXTEND), and the key itself lives ``lapse_ms`` from when the lease was won,
+as long as its holder may still store. A commit stores only while its own
+record is there: positive evidence that nothing was written, deleted or
+invalidated since the lease was won, since every write of the key deletes
+the record, and that no other caller took the key over. Whatever else makes
+the record vanish (an eviction under ``maxmemory``, a restart without
+persistence, a flush, the end of ``lapse_ms``) refuses the commit too: a
+missing record is never read as "nothing happened". Two hosts' clocks are
+never compared.
+
+Every stored value carries, in its header (see ``stampede._core.envelope``:
+bytes 2-7, counting from 1 as Lua does), the server's ``TIME`` when it was
+written, in milliseconds rounded up: what a removal owed through an outage
+compares with when it was asked.
 """
 
 from __future__ import annotations
@@ -79,19 +88,15 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
-"""
-
-# The server's clock, in seconds: what orders writes from different hosts.
-_NOW = """
-local function server_now()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+-- A lease record's token, held-until and won-at (ms), or nil.
+local function lease_record(held)
+  if type(held) ~= 'string' then return nil end
+  local token, until_ms, won_ms = string.match(held, '^(%x+):(%d+):(%d+)$')
+  if not token then return nil end
+  return token, tonumber(until_ms), tonumber(won_ms)
 end
--- As text that reads back as the very same double (tostring keeps only 14
--- digits: 0.1 ms, enough for a write just after a lease was won to look
--- older than the lease).
-local function server_now_text()
-  return string.format('%.17g', server_now())
+local function make_record(token, until_ms, won_ms)
+  return token .. ':' .. string.format('%.0f', until_ms) .. ':' .. string.format('%.0f', won_ms)
 end
 """
 
@@ -132,8 +137,7 @@ end
 # Writes the value with its expiry in milliseconds ('0': none), stamped with
 # the server's clock in the header's created_at field.
 _SET_VALUE = (
-    _NOW
-    + _LAYOUT
+    _LAYOUT
     + """
 local function stamped(data)
   if not flags_of(data) then return data end
@@ -154,18 +158,6 @@ local function same_value(current, data)
     and string.sub(current, 1, CREATED_AT - 1) == string.sub(data, 1, CREATED_AT - 1)
     and string.sub(current, CODEC) == string.sub(data, CODEC)
 end
--- Marks the key deleted or invalidated now, for lapsed commits to see.
-local function fence(fence_ms)
-  redis.call('SET', KEYS[4], server_now_text(), 'PX', fence_ms)
-end
--- Marks it deleted or invalidated as of an earlier time (an owed removal,
--- sent late): the fence only ever moves forward.
-local function fence_as_of(fence_ms, as_of)
-  local fenced = tonumber(redis.call('GET', KEYS[4]) or '')
-  if not fenced or fenced < as_of then
-    redis.call('SET', KEYS[4], string.format('%.17g', as_of), 'PX', fence_ms)
-  end
-end
 -- Whether the value whose header is head was written after as_of (server
 -- seconds): a removal owed since then does not reach it.
 local function written_after(head, as_of)
@@ -183,100 +175,73 @@ end
 
 # ARGV: token, lease_ms, reads ('r': the caller is a read, which a key marked
 # UNFILLED sends away without a lease; anything else: a rebuild, which has a
-# function to fill the key with, so it takes the lease over the mark).
-# -> {1, value-or-nil, won-at} when the caller holds the lease (the value
-#    lets it see a rebuild that landed between its read and its lease;
-#    won-at, the server's clock as text, is what a lapsed commit is fenced by);
-#    {0, lease pttl} when someone else holds it; {2, mark pttl} when the key
-#    is marked UNFILLED and the caller is a read. (A mark is made on a key
-#    its reader found missing, and every write of the key drops it: a value
-#    beside a mark is one that reads as missing, deleted by a tag, say.)
+# function to fill the key with, so it takes the lease over the mark),
+# record_ms (how long the record is kept: as long as its holder may store).
+# -> {1, value-or-nil, won-at, failures} when the caller holds the lease (the
+#    value lets it see a rebuild that landed between its read and its lease;
+#    won-at is the server's clock as text, seconds); {0, ms left} when
+#    someone else holds it; {2, mark pttl} when the key is marked UNFILLED and
+#    the caller is a read (a mark is made on a key its reader found missing,
+#    and every write of the key drops it: a value beside a mark is one that
+#    reads as missing, deleted by a tag, say); {3, retry in ms, error,
+#    failures} when the last rebuild raised. A lapsed lease is taken over,
+#    and so is foreign data that never expires (foreign data that does
+#    counts as a lease held until then).
 ACQUIRE = (
     _READ_VALUE
-    + _NOW
     + _UNFILLED
     + """
 local held = redis.call('GET', KEYS[2])
 if held == UNFILLED then
   if ARGV[3] == 'r' then return {2, redis.call('PTTL', KEYS[2])} end
-  redis.call('DEL', KEYS[2])
   held = false
 end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local failures = 0
 local failed, retry_at, reason = failed_record(held)
 if failed then
-  local now = now_ms()
   -- A read (its caller rebuilds by itself) is not held back by another's failure.
   if ARGV[3] ~= 'r' and now < retry_at then return {3, retry_at - now, reason, failed} end
-  redis.call('DEL', KEYS[2])
-  held = false
   failures = failed
 end
-if held == ARGV[1] or redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return {1, read_value(), server_now_text(), failures}
+local token, until_ms = lease_record(held)
+if token and token ~= ARGV[1] and now < until_ms then return {0, until_ms - now} end
+if held and not token and not failed then
+  -- Not a record (another writer's): held while it lives, if it expires.
+  local left = redis.call('PTTL', KEYS[2])
+  if left > 0 then return {0, left} end
 end
-return {0, redis.call('PTTL', KEYS[2])}
+redis.call('SET', KEYS[2], make_record(ARGV[1], now + tonumber(ARGV[2]), now), 'PX', ARGV[4])
+return {1, read_value(), string.format('%d.%06d', tonumber(t[1]), tonumber(t[2])), failures}
 """
 )
 
-# The fenced write. ARGV: token, envelope, expire_ms ('0' = never), channel,
-# won_at ('' = strict), lapse_ms, held_since (the server time the lease was
-# won, '' if unknown: a holder whose key was removed as of a later time, by
-# a removal owed through an outage, stores nothing).
-# -> 1 written (now or by an earlier run of this same call); {0, value-or-nil}
-# rejected, with what the key holds instead (what the caller is served).
-# With won_at (the server time the lease was won), a lease that lapsed with
-# nobody else holding one still writes, unless since won_at a value was
-# written, or the key deleted or invalidated, or the server (re)started, or
-# lapse_ms have passed.
+# The fenced write: stores only while the caller's own lease record is there
+# (see above). ARGV: token, envelope, expire_ms ('0' = never), channel,
+# lapsed ('1': store although the lease lapsed, its record being there still;
+# '': only while it is held). -> 1 written (now or by an earlier run of this
+# same call); {0, value-or-nil} refused, with what the key holds instead
+# (what the caller is served).
 COMMIT = (
     _READ_VALUE
     + _SET_VALUE
     + _UNFILLED
     + """
-local held = redis.call('GET', KEYS[2])
--- Nobody's lease: a read gave one up without a value after this lease lapsed.
-local marked = held == UNFILLED
-if marked then held = false end
-if held == ARGV[1] then
+local token, until_ms = lease_record(redis.call('GET', KEYS[2]))
+if token == ARGV[1] then
   redis.call('DEL', KEYS[2])
-  local since = tonumber(ARGV[7] or '')
-  local fenced = since and redis.call('GET', KEYS[4])
-  if fenced and tonumber(fenced) >= since then
-    -- Removed as of a time after the lease was won: its rebuild may have
-    -- read what was removed. The waiters compete for a new lease.
-    redis.call('PUBLISH', ARGV[4], '2')
-    return {0, read_value()}
+  if ARGV[5] == '1' or now_ms() < until_ms then
+    set_value(ARGV[2], ARGV[3])
+    redis.call('PUBLISH', ARGV[4], '1')
+    return 1
   end
-else
-  local current = read_value()
-  if same_value(current, ARGV[2]) then return 1 end
-  local refused = {0, current}
-  if ARGV[5] == '' or held then return refused end
-  local won_at = tonumber(ARGV[5])
-  local now = server_now()
-  if now - won_at > tonumber(ARGV[6]) / 1000 then return refused end
-  -- A server started since the lease was won (a restart without persistence
-  -- forgets fences) cannot vouch that nothing was deleted meanwhile. Uptime
-  -- is in whole seconds: a second's margin, on the side of rejecting.
-  local info = redis.pcall('INFO', 'server')
-  if type(info) ~= 'string' then return refused end
-  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)'))
-  if not uptime or now - uptime + 1 > won_at then return refused end
-  if flags_of(current) then
-    -- Rounded up to the millisecond: a write just before the lease may look
-    -- later than it (refused, the safe side), never a write after it earlier.
-    if struct.unpack('<I6', string.sub(current, CREATED_AT, CODEC - 1)) / 1000 >= won_at then
-      return refused
-    end
-  end
-  local fenced = redis.call('GET', KEYS[4])
-  if fenced and tonumber(fenced) >= won_at then return refused end
-  if marked then redis.call('DEL', KEYS[2]) end
+  -- Lapsed, and the caller stores only under a lease held: the key is free.
+  return {0, read_value()}
 end
-set_value(ARGV[2], ARGV[3])
-redis.call('PUBLISH', ARGV[4], '1')
-return 1
+local current = read_value()
+if same_value(current, ARGV[2]) then return 1 end
+return {0, current}
 """
 )
 
@@ -292,7 +257,7 @@ return 1
 RELEASE = (
     _UNFILLED
     + """
-if redis.call('GET', KEYS[2]) == ARGV[1] then
+if lease_record(redis.call('GET', KEYS[2])) == ARGV[1] then
   if ARGV[5] and ARGV[5] ~= '' then
     local retry_at = now_ms() + tonumber(ARGV[6])
     local record = FAILED .. ARGV[5] .. ':' .. retry_at .. ':' .. ARGV[8]
@@ -309,51 +274,77 @@ return 0
 """
 )
 
-# Owner-checked renewal. ARGV: token, lease_ms. -> 1 renewed, 0 lost.
-EXTEND = """
-if redis.call('GET', KEYS[2]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[2], ARGV[2])
-end
-return 0
+# Owner-checked renewal: held for lease_ms more. A lapsed lease whose record
+# is still there is the caller's still (nobody wrote the key or took it
+# over since): renewed too. The record's own expiry stays. ARGV: token,
+# lease_ms. -> 1 renewed, 0 lost.
+EXTEND = (
+    _UNFILLED
+    + """
+local token, _, won_ms = lease_record(redis.call('GET', KEYS[2]))
+if token ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[2], make_record(token, now_ms() + tonumber(ARGV[2]), won_ms), 'KEEPTTL')
+return 1
 """
+)
 
-# What a waiter checks: -> {value-or-nil, lease pttl (-2: no lease, nor
-# anything but an UNFILLED mark; -3: a FAILED record: the rebuild raised)}.
-# Reading the lease (GET, not only PTTL) marks it used: under an LRU
-# maxmemory policy a lease that many wait on is not the first key evicted.
+# What a waiter checks: -> {value-or-nil, ms the lease is held for still
+# (-2: no lease held, nor anything but an UNFILLED mark; -3: a FAILED
+# record: the rebuild raised)}. Reading the lease (GET) marks it used: under
+# an LRU maxmemory policy a lease that many wait on is not the first key
+# evicted.
 PROBE = (
     _READ_VALUE
     + _UNFILLED
     + """
 local held = redis.call('GET', KEYS[2])
-if held == UNFILLED then return {read_value(), -2} end
 if failed_record(held) then return {read_value(), -3} end
-return {read_value(), redis.call('PTTL', KEYS[2])}
+local token, until_ms = lease_record(held)
+if not token then
+  if held and held ~= UNFILLED then return {read_value(), math.max(redis.call('PTTL', KEYS[2]), -2)} end
+  return {read_value(), -2}
+end
+local left = until_ms - now_ms()
+if left <= 0 then return {read_value(), -2} end
+return {read_value(), left}
 """
 )
 
+# A removal owed through an outage, sent late, as of when it was asked
+# (server seconds): a lease won by then is dropped (its holder stores
+# nothing, having maybe read what was removed), one won since stays.
+_OWED = """
+local function drop_lease_won_by(as_of)
+  local token, _, won_ms = lease_record(redis.call('GET', KEYS[2]))
+  if token and won_ms <= as_of * 1000 then
+    redis.call('DEL', KEYS[2])
+    return true
+  end
+  return false
+end
+"""
+
 # An unconditional write (``set``, ``delete``): cancels any rebuild in flight
-# by dropping its lease, so a rebuild that started from older data cannot
-# overwrite this write (nor, if its lease lapsed, store after it: a set's
-# value is stamped, a delete leaves a fence). ARGV: envelope ('' = delete),
-# expire_ms, channel, fence_ms, as_of (a delete's, optional: see below). -> 1
-# written; for a delete, whether there was a value to delete.
+# by dropping its lease (the record its commit needs), so a rebuild that
+# started from older data cannot store over this write, nor after it.
+# ARGV: envelope ('' = delete), expire_ms, channel, as_of (a delete's,
+# optional: see _OWED). -> 1 written; for a delete, whether there was a
+# value to delete.
 WRITE = (
     _SET_VALUE
+    + _UNFILLED
+    + _OWED
     + """
-if ARGV[1] == '' and (ARGV[5] or '') ~= '' then
-  -- A delete owed through an outage, as of when it was asked: what was
-  -- written since stays, and so does the lease (fenced: a holder that won
-  -- it before then stores nothing).
-  local as_of = tonumber(ARGV[5])
-  fence_as_of(ARGV[4], as_of)
+if ARGV[1] == '' and (ARGV[4] or '') ~= '' then
+  -- What was written since it was asked stays.
+  local as_of = tonumber(ARGV[4])
+  if drop_lease_won_by(as_of) then redis.call('PUBLISH', ARGV[3], '2') end
   if written_after(head_of_value(), as_of) then return 0 end
   return redis.call('DEL', KEYS[1])
 end
 redis.call('DEL', KEYS[2])
 if ARGV[1] == '' then
   local deleted = redis.call('DEL', KEYS[1])
-  fence(ARGV[4])
   -- '2', not '0': the lease was cancelled, not given up, so the waiters
   -- compete for a new one rather than each rebuild alone.
   redis.call('PUBLISH', ARGV[3], '2')
@@ -368,18 +359,18 @@ return 1
 # Soft invalidation: set the value's stale flag in place (it keeps its TTL
 # and payload, so it is served stale while one caller refreshes it) and
 # cancel any rebuild in flight, which may have read the data being
-# invalidated. ARGV: fence_ms, as_of (server seconds, optional: owed
-# through an outage, as of when it was asked; what was written since stays
-# fresh, and so does the lease, fenced). -> 1 marked, 0 absent.
+# invalidated. ARGV: as_of (server seconds, optional: see _OWED; what was
+# written since stays fresh). -> 1 marked, 0 absent.
 INVALIDATE = (
     _SET_VALUE
+    + _UNFILLED
+    + _OWED
     + """
-local as_of = tonumber(ARGV[2] or '')
+local as_of = tonumber(ARGV[1] or '')
 if as_of then
-  fence_as_of(ARGV[1], as_of)
+  drop_lease_won_by(as_of)
 else
   redis.call('DEL', KEYS[2])
-  fence(ARGV[1])
 end
 local head = head_of_value()
 local flags = flags_of(head)
@@ -502,16 +493,40 @@ end
 local function text(n) return string.format('%.0f', n) end
 """
 
-# What a rebuild records of a tag before it reads its data: the tag's state
-# ("<current>:<deleted>:<when last bumped, server microseconds>"), made if
-# missing, and kept at least keep_ms more ('0': forever), to outlive the entry.
-# KEYS[1]: the tag's state key. ARGV: keep_ms.
+# A state key holds "<current>:<deleted>:<bumped at>:<made at>", and the
+# namespace's one more field, ":<a tag last deleted at>" (times in server
+# microseconds, versions in server milliseconds). A state made where none
+# was found knows nothing of what came before it: every version recorded
+# before is below its deleted version (those entries read as missing), and
+# what is recorded from then on is current.
+_STATE = """
+local function parse_state(v)
+  if type(v) ~= 'string' then return nil end
+  local c, d, b, made, hard = string.match(v, '^(%d+):(%d+):(%d+):?(%d*):?(%d*)$')
+  if not c then return nil end
+  return tonumber(c), tonumber(d), tonumber(b), tonumber(made) or 0, tonumber(hard) or 0
+end
+local function made_state(namespace)
+  local now = now_us()
+  local ms = math.floor(now / 1000)
+  local state = text(ms) .. ':' .. text(ms - 1) .. ':0:' .. text(now)
+  -- Whether a tag was deleted before, the namespace cannot tell: as if now.
+  if namespace then state = state .. ':' .. text(now) end
+  return state
+end
+"""
+
+# What a rebuild records of a tag before it reads its data: the tag's state,
+# made if missing (or foreign), and kept at least keep_ms more ('0':
+# forever), to outlive the entry. KEYS[1]: the tag's state key. ARGV:
+# keep_ms, namespace ('1': the namespace's state, which never expires).
 CAPTURE = (
     _NOW_MS
+    + _STATE
     + """
 local v = redis.pcall('GET', KEYS[1])
-if type(v) ~= 'string' or not string.match(v, '^%d+:%d+:%d+$') then
-  v = text(now_ms()) .. ':0:0'
+if not parse_state(v) then
+  v = made_state(ARGV[2] == '1')
   if ARGV[1] == '0' then
     redis.call('SET', KEYS[1], v)
   else
@@ -532,31 +547,36 @@ return v
 # Invalidate a tag (ARGV[1] 'soft': its entries turn stale) or delete it
 # ('hard': they read as missing): its current version rises to the server's
 # clock (at least by one), and with 'hard' its deleted version too; the time
-# of the bump (server microseconds) is kept beside them. A missing state is
-# made: for the namespace (ARGV[2] '1') for good; for a tag, for ARGV[3] ms
-# (no entry records it, but a lease won before this bump and committed with
-# the tag later must find out when it was bumped). KEYS[1]: the state key.
-# -> the new state.
+# of the bump is kept beside them, for the leases won before it. 'noted': the
+# namespace's state only notes that a tag is being deleted now (see
+# ``versions_for``). A tag whose state is missing is left so (its entries
+# read as missing already, and a lease committed with it later makes it
+# knowing nothing of before); the namespace's is made. KEYS[1]: the state
+# key. ARGV: soft, hard or noted; namespace ('1'). -> the new state (nil: none).
 BUMP = (
     _NOW_MS
+    + _STATE
     + """
-local v = redis.pcall('GET', KEYS[1])
-local current, deleted = 0, 0
-local found = type(v) == 'string' and string.match(v, '^%d+:%d+:%d+$')
-if found then
-  local c, d = string.match(v, '^(%d+):(%d+):')
-  current, deleted = tonumber(c), tonumber(d)
-end
-current = math.max(current + 1, now_ms())
-if ARGV[1] == 'hard' then deleted = current end
-local state = text(current) .. ':' .. text(deleted) .. ':' .. text(now_us())
-if found then
-  redis.call('SET', KEYS[1], state, 'KEEPTTL')
-elseif ARGV[2] == '1' then
+local namespace = ARGV[2] == '1'
+local current, deleted, bumped, made, hard = parse_state(redis.pcall('GET', KEYS[1]))
+if not current then
+  if not namespace then return false end
+  local state = made_state(true)
   redis.call('SET', KEYS[1], state)
-else
-  redis.call('SET', KEYS[1], state, 'PX', ARGV[3])
+  if ARGV[1] == 'noted' then return state end
+  current, deleted, bumped, made, hard = parse_state(state)
 end
+local now = now_us()
+if ARGV[1] == 'noted' then
+  hard = now
+else
+  current = math.max(current + 1, math.floor(now / 1000))
+  if ARGV[1] == 'hard' then deleted = current end
+  bumped = now
+end
+local state = text(current) .. ':' .. text(deleted) .. ':' .. text(bumped) .. ':' .. text(made)
+if namespace then state = state .. ':' .. text(hard) end
+redis.call('SET', KEYS[1], state, 'KEEPTTL')
 return state
 """
 )

@@ -12,7 +12,18 @@ from typing import Any
 
 from .._core.options import Options
 from .._core.settings import Settings
-from .._core.tags import NAMESPACE, Captured, bumped_at, microseconds, parse_state, versions_for
+from .._core.tags import (
+    LOST,
+    NAMESPACE,
+    Captured,
+    History,
+    bumped_at,
+    made_at,
+    microseconds,
+    parse_state,
+    tag_deleted_at,
+    versions_for,
+)
 from .._exceptions import RedisUnavailableError
 from .reads import SharedReads
 from .server import Server
@@ -22,6 +33,10 @@ __all__ = ["Groups"]
 #: How far apart (microseconds) two nodes' clocks may be, for a lease handed to
 #: the caller and committed with tags on a cluster.
 CLUSTER_SKEW_US = 50_000
+#: How long before a lease was won a tag's deletion, noted in the namespace's
+#: state before the tag's own is bumped, still counts as after it (the round
+#: trip between the two, and two nodes' clocks on a cluster).
+DELETED_MARGIN_US = 250_000
 
 
 class Groups:
@@ -29,15 +44,15 @@ class Groups:
 
     def __init__(self, settings: Settings, server: Server, reads: SharedReads) -> None:
         self._states = settings.tags
-        # How long a lease won before a bump may still commit: as long as a
-        # tag's state made by the bump must tell it when the bump was.
-        self._lapse_ms = settings.options.lapse_ms
+        # How long a state a reader made lives, unless a rebuild captures it.
+        self._lease_ms = settings.options.lease_ms
         self._server = server
         self._reads = reads
 
     def read_states(self, ids: Iterable[bytes]) -> dict[bytes, tuple[int, int]]:
         """The states of tags ``ids`` (``(current, deleted)``), as read lately
-        or read now: one GET each, shared by the callers that need it meanwhile."""
+        or read now: one GET each, shared by the callers that need it meanwhile.
+        A state found missing (lost) is made again, knowing nothing of before."""
         states = self._states
         found: dict[bytes, tuple[int, int]] = {}
         for tag in ids:
@@ -48,12 +63,16 @@ class Groups:
             name = states.key(tag)
             with self._server.errors("", "read a tag's state", name, admit=False):
                 raw = self._reads.get(name, states)
-            found[tag] = parse_state(raw, tag)
+            state = parse_state(raw)
+            if state == LOST:
+                (state,) = (self.make_lost((tag,))).values()
+            found[tag] = state
         return found
 
     def read_states_many(self, ids: Iterable[bytes]) -> None:
         """Read the states of those of ``ids`` not read lately, in one ``MGET``
-        (one per slot on a cluster): a batch's tags cost one command."""
+        (one per slot on a cluster): a batch's tags cost one command. Those
+        found missing are made again."""
         states = self._states
         missing = states.missing(ids)
         if not missing:
@@ -69,8 +88,28 @@ class Groups:
             for name, token in zip(names, tokens, strict=True):
                 states.drop_fill(name, token)
             raise
-        for name, token, raw in zip(names, tokens, raws, strict=True):
+        lost = []
+        for tag, name, token, raw in zip(missing, names, tokens, raws, strict=True):
             states.end_fill(name, token, raw)
+            if parse_state(raw) == LOST:
+                lost.append(tag)
+        if lost:
+            self.make_lost(tuple(lost))
+
+    def make_lost(self, ids: tuple[bytes, ...]) -> dict[bytes, tuple[int, int]]:
+        """Make the states of ``ids``, found missing (evicted, expired, cleared),
+        again: every entry that recorded one before reads as missing, since
+        whatever happened to it meanwhile is unknown. A tag's lives a lease's
+        time unless a rebuild captures it (a tag no entry carries leaves
+        nothing behind); the namespace's for good. One round trip."""
+        states = self._states
+        keep = str(self._lease_ms)
+        replies = self._server.on_keys(
+            "capture",
+            [([states.key(tag)], ["0", "1"] if tag == NAMESPACE else [keep, "0"]) for tag in ids],
+            "make the tags' states",
+        )
+        return {tag: states.learned(tag, raw) for tag, raw in zip(ids, replies, strict=True)}
 
     def read_lacking(self, ids: Iterable[bytes], *, together: bool = False) -> bool:
         """Read the states of those of ``ids`` not read lately: one shared GET
@@ -91,19 +130,21 @@ class Groups:
 
     def capture(self, ids: tuple[bytes, ...], options: Options, since: str | None = None) -> Captured:
         """What a value about to be rebuilt records (see ``Capture``): its tags'
-        states are made or kept alive for as long as the value may live."""
+        states are made or kept alive for as long as the value may live, and
+        the namespace's made if it was lost."""
         states = self._states
         found: dict[bytes, tuple[int, int]] = {}
-        bumped: dict[bytes, int] = {}
+        history: dict[bytes, History] = {}
         if ids:
             expire_ms = options.expire_ms
-            keep = "0" if expire_ms is None else str(expire_ms + options.lapse_ms)
+            keep = "0" if expire_ms is None else str(expire_ms + options.lease_ms)
             replies = self._server.on_keys(
-                "capture", [([states.key(tag)], [keep]) for tag in ids], "read the tags' states"
+                "capture", [([states.key(tag)], [keep, "0"]) for tag in ids], "read the tags' states"
             )
             for tag, raw in zip(ids, replies, strict=True):
                 found[tag] = states.learned(tag, raw)
-                bumped[tag] = bumped_at(raw)
+                history[tag] = History(bumped_at(raw), made_at(raw))
+        deleted_since = False
         if since is None:
             # The namespace's version as read lately: older than an
             # invalidate_all only just made, it leaves the value stale at once
@@ -114,25 +155,43 @@ class Groups:
             name = states.key(NAMESPACE)
             with self._server.errors("", "read the namespace's state", name, admit=False):
                 raw = self._reads.get(name, states)
-            found[NAMESPACE] = parse_state(raw, NAMESPACE)
-            bumped[NAMESPACE] = bumped_at(raw)
+            if parse_state(raw) == LOST:
+                (raw,) = self._server.on_keys("capture", [([name], ["0", "1"])], "make the namespace's state")
+            found[NAMESPACE] = states.learned(NAMESPACE, raw)
+            history[NAMESPACE] = History(bumped_at(raw), made_at(raw))
         since_us = None
         if since is not None:
             # The lease's time is the value's node's clock, a bump's its tag's
             # node's: on a cluster, two hosts. Bumps this close before the
             # lease count as after it (a rebuild more, never a stale value kept).
             since_us = microseconds(since) - (CLUSTER_SKEW_US if self._server.cluster else 0)
-        recorded = versions_for((NAMESPACE, *ids), found, since_us, bumped)
+            deleted_since = tag_deleted_at(raw) >= since_us - DELETED_MARGIN_US
+        recorded = versions_for((NAMESPACE, *ids), found, since_us, history, deleted_since)
         return Captured(recorded[0][1], recorded[1:])
+
+    def keep_alive(self, ids: tuple[bytes, ...], options: Options) -> None:
+        """Keep the states of tags ``ids`` (made again if lost) as long as a
+        value written now with ``options`` lives: after a ``touch``."""
+        expire_ms = options.expire_ms
+        keep = "0" if expire_ms is None else str(expire_ms + options.lease_ms)
+        states = self._states
+        replies = self._server.on_keys(
+            "capture", [([states.key(tag)], [keep, "0"]) for tag in ids], "keep the tags' states"
+        )
+        for tag, raw in zip(ids, replies, strict=True):
+            states.learned(tag, raw)
 
     def bump(self, ids: tuple[bytes, ...], *, hard: bool) -> None:
         """Invalidate (or, ``hard``, delete) the entries carrying any tag of ``ids``:
         one script per tag, in one round trip (one per tag on a cluster)."""
         states = self._states
+        if hard:
+            # Noted first: a lease won before this, committed with one of
+            # these tags whose state is lost by then, reads it there.
+            self._server.on_keys("bump", [([states.key(NAMESPACE)], ["noted", "1"])], "invalidate tags")
         how = "hard" if hard else "soft"
-        keep = str(self._lapse_ms)
         calls: list[tuple[list[bytes], list[Any]]] = [
-            ([states.key(tag)], [how, "1" if tag == NAMESPACE else "0", keep]) for tag in ids
+            ([states.key(tag)], [how, "1" if tag == NAMESPACE else "0"]) for tag in ids
         ]
         replies = self._server.on_keys("bump", calls, "invalidate tags")
         for tag, raw in zip(ids, replies, strict=True):

@@ -25,7 +25,7 @@ from .._core.near import NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
 from .._core.owed import Owed, OwedBook, as_of
 from .._core.settings import Settings
-from .._core.tags import NAMESPACE, UNTAGGED, Captured
+from .._core.tags import NAMESPACE, Captured
 from .._core.turns import KeyLocks
 from .._core.updates import swapped
 from .._exceptions import ConfigurationError, RedisUnavailableError
@@ -104,9 +104,7 @@ class Operations:
         steps = self._calls.plain_failed(names, error, replicas, one=one)
         return cast(list[Any], self._runner.drive(steps, None, self._settings.options, None))
 
-    def _write_args(
-        self, keys: Keys, value: Any, options: Options, captured: Captured = UNTAGGED
-    ) -> list[Any]:
+    def _write_args(self, keys: Keys, value: Any, options: Options, captured: Captured) -> list[Any]:
         data = envelope_of(
             self._settings.codec,
             keys,
@@ -116,7 +114,7 @@ class Operations:
             duration=0.0,
             captured=captured,
         )
-        return messages.write_args(keys, data, options, self._options.lapse_ms)
+        return messages.write_args(keys, data, options)
 
     def set(
         self,
@@ -154,9 +152,7 @@ class Operations:
         keys = self._keys(key)
         try:
             self._owed_first()
-            return bool(
-                self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
-            )
+            return bool(self._server.script("write", keys, messages.delete_args(keys)))
         except RedisUnavailableError as error:
             return cast(bool, self._failed_open("delete", error, self._owed_removal("delete", keys)))
 
@@ -169,9 +165,7 @@ class Operations:
         keys = self._keys(key)
         try:
             self._owed_first()
-            return bool(
-                self._server.script("invalidate", keys, messages.invalidate_args(self._options.lapse_ms))
-            )
+            return bool(self._server.script("invalidate", keys, messages.invalidate_args()))
         except RedisUnavailableError as error:
             return cast(bool, self._failed_open("invalidate", error, self._owed_removal("invalidate", keys)))
 
@@ -245,13 +239,22 @@ class Operations:
         try:
             self._owed_first()
             if self._settings.codec.signer is not None:
-                return self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options)) is not None
-            head = self._server.script(
-                "touch",
-                keys,
-                messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
-            )
-            return bool(head) and not self._dropped(keys, head)
+                head = self._swap(keys, lambda raw: self._settings.retimed(keys, raw, options))
+                if head is None:
+                    return False
+            else:
+                head = self._server.script(
+                    "touch",
+                    keys,
+                    messages.touch_args(fresh_until_bytes(self._settings.fresh_until(options)), options),
+                )
+                if not head or self._dropped(keys, head):
+                    return False
+            # Its tags' states now outlive it as they did before.
+            tags = tuple(tag for tag in self._settings.codec.recorded(head) if tag != NAMESPACE)
+            if tags:
+                self._groups.keep_alive(tags, options)
+            return True
         except RedisUnavailableError as error:
             return cast(bool, self._failed_open("touch", error))
 
@@ -286,7 +289,7 @@ class Operations:
         self._groups.read_lacking(self._settings.judge.tags_unknown(head))
         if not self._settings.judge.deleted_by_tags(head):
             return False
-        self._server.script("write", keys, messages.delete_args(keys, self._options.lapse_ms))
+        self._server.script("write", keys, messages.delete_args(keys))
         return True
 
     def _swap(self, keys: Keys, change: Callable[[bytes], tuple[bytes, str]]) -> bytes | None:
@@ -345,23 +348,20 @@ class Operations:
         if unknown:
             raise unknown_arguments(self.set_many, unknown)
         options = self._settings.call_options(ttl, stale_ttl)
-        calls = [
-            (names, self._write_args(names, value, options)) for names, value in self._settings.items(mapping)
-        ]
+        items = list(self._settings.items(mapping))
         try:
             self._owed_first()
+            captured = self._groups.capture((), options)
+            calls = [(names, self._write_args(names, value, options, captured)) for names, value in items]
             self._server.pipelined("write", calls)
         except RedisUnavailableError as error:
             self._failed_open(
-                "set_many", error, *(self._owed_removal("invalidate", names) for names, _ in calls)
+                "set_many", error, *(self._owed_removal("invalidate", names) for names, _ in items)
             )
 
     def delete_many(self, keys: Iterable[str | bytes]) -> int:
         """:meth:`delete` for every key, in one round trip; returns how many held a value."""
-        calls = [
-            (names, messages.delete_args(names, self._options.lapse_ms))
-            for _, names in self._settings.many(keys).values()
-        ]
+        calls = [(names, messages.delete_args(names)) for _, names in self._settings.many(keys).values()]
         try:
             self._owed_first()
             return sum(self._server.pipelined("write", calls))
@@ -388,7 +388,8 @@ class Operations:
         return self._unlink_matching(self._keys.prefix_patterns(prefix), under, tag_states=False)
 
     def clear(self) -> int:
-        """Delete every key of this namespace (values, leases, fences, tags' states);
+        """Delete every key of this namespace (values, leases, tags' states;
+        not the namespace's own state, which entries being written record);
         returns how many values.
 
         Walks the keyspace with ``SCAN``: cost grows with the database, not
@@ -415,7 +416,7 @@ class Operations:
         return deleted
 
     def _unlink(self, names: list[bytes], under: bytes, tag_states: bool) -> int:
-        """Delete ``names``; returns how many were values (not leases or fences)."""
+        """Delete ``names``; returns how many were values (not leases or the like)."""
         values, others, fenced = messages.unlink_plan(
             self._keys.prefix, names, under=under, tag_states=tag_states
         )
@@ -425,7 +426,7 @@ class Operations:
         if values and self._near is not None:
             self._near.invalidate(values)  # this process sees its own deletes at once
         if fenced:
-            calls = [(keys, messages.delete_args(keys, self._options.lapse_ms)) for keys in fenced]
+            calls = [(keys, messages.delete_args(keys)) for keys in fenced]
             deleted += sum(self._server.pipelined("write", calls))
         return deleted
 
@@ -479,10 +480,10 @@ class Operations:
     def _remove(self, removal: Owed) -> None:
         keys = removal.keys
         if removal.kind == "delete" and keys is not None:
-            args = messages.delete_args(keys, self._options.lapse_ms, removal.as_of)
+            args = messages.delete_args(keys, removal.as_of)
             self._server.script("write", keys, args)
         elif removal.kind == "invalidate" and keys is not None:
-            args = messages.invalidate_args(self._options.lapse_ms, removal.as_of)
+            args = messages.invalidate_args(removal.as_of)
             self._server.script("invalidate", keys, args)
         elif removal.kind == "tags":
             self._groups.bump((removal.tag,), hard=removal.hard)

@@ -313,7 +313,15 @@ class Server:
                 # One EVALSHA (redis-py loads the script on NOSCRIPT), not a
                 # pipeline, which asks SCRIPT EXISTS first.
                 names, args = calls[0]
-                return [self.scripts[script](keys=names, args=args)]
+                try:
+                    return [self.scripts[script](keys=names, args=args)]
+                except redis.exceptions.NoScriptError:
+                    # Flushed again between redis-py's load and its second
+                    # try (SCRIPT FLUSH, a restart): sent whole, it cannot be.
+                    (result,) = self._pipeline(script, calls, by_source=True)
+                    if isinstance(result, Exception):
+                        raise result from None
+                    return [result]
             results = self._pipeline(script, calls, by_source=False)
             again = _unscripted(results)
             retried = self._pipeline(script, [calls[i] for i in again], by_source=True) if again else []

@@ -29,6 +29,7 @@ from bench.load._apps.sustained_config import flag_events
 from bench.load._timeline import Render
 from stampede._protocol.scripts import UNFILLED
 from tests.django_stampede import workers
+from tests.helpers import lease_held, lease_token
 from tests.sustained import check_load, server_named
 
 _namespaces = itertools.count()
@@ -155,10 +156,18 @@ def _cache_entry(**options: Any) -> dict[str, Any]:
     }
 
 
-def _lease_value(cache: Any, key: str) -> bytes | None:
+def _lease_key(cache: Any, key: str) -> bytes | None:
+    """What the lease key of ``key`` holds: a lease's record, a mark, or nothing."""
     core = cache.stampede
-    lease: bytes | None = core.client.get(core._keys(cache.make_key(key)).lease)
-    return lease
+    raw: bytes | None = core.client.get(core._keys(cache.make_key(key)).lease)
+    return raw
+
+
+def _lease_token(cache: Any, key: str) -> bytes | None:
+    """The token of the lease held on ``key`` (``None``: none, or lapsed)."""
+    core = cache.stampede
+    name = core._keys(cache.make_key(key)).lease
+    return lease_token(core.client, name) if lease_held(core.client, name) else None
 
 
 def test_lease_scope_outside_requests_renews_and_commits() -> None:
@@ -166,13 +175,13 @@ def test_lease_scope_outside_requests_renews_and_commits() -> None:
         cache = caches["default"]
         with django_stampede.lease_scope():
             assert cache.get("report") is None
-            token = _lease_value(cache, "report")
+            token = _lease_token(cache, "report")
             assert token is not None
             time.sleep(3.0)  # three lease times: renewed while the block runs
-            assert _lease_value(cache, "report") == token
+            assert _lease_token(cache, "report") == token
             cache.set("report", "rendered")
         assert cache.get("report") == "rendered"
-        assert _lease_value(cache, "report") is None
+        assert _lease_token(cache, "report") is None
         cache.clear()
 
 
@@ -181,10 +190,10 @@ def test_lease_scope_that_never_sets_leaves_the_key_unfilled() -> None:
         cache = caches["default"]
         with django_stampede.lease_scope():
             assert cache.get("flag") is None
-        assert _lease_value(cache, "flag") == UNFILLED.encode()
+        assert _lease_key(cache, "flag") == UNFILLED.encode()
         with django_stampede.lease_scope():
             assert cache.get("flag") is None  # at once, without a lease
-            assert _lease_value(cache, "flag") == UNFILLED.encode()
+            assert _lease_key(cache, "flag") == UNFILLED.encode()
         cache.clear()
 
 
@@ -199,7 +208,7 @@ def test_lease_scope_that_raises_gives_its_leases_back_plainly() -> None:
 
         with pytest.raises(RuntimeError, match="task failed"):
             task()
-        assert _lease_value(cache, "page") is None
+        assert _lease_token(cache, "page") is None
         cache.clear()
 
 
@@ -208,8 +217,8 @@ async def test_async_lease_scope_settles_on_the_event_loop() -> None:
         cache = caches["default"]
         async with django_stampede.lease_scope():
             assert await cache.aget("flag") is None
-            assert _lease_value(cache, "flag") not in (None, UNFILLED.encode())
-        assert _lease_value(cache, "flag") == UNFILLED.encode()
+            assert _lease_token(cache, "flag") not in (None, UNFILLED.encode())
+        assert _lease_key(cache, "flag") == UNFILLED.encode()
         async with django_stampede.lease_scope():
             assert await cache.aget("page") is None
             await cache.aset("page", "rendered")

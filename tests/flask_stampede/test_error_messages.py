@@ -14,7 +14,7 @@ from flask import Flask
 
 import stampede
 from tests.flask_stampede.app import make_app
-from tests.helpers import RAN, planted_pickle
+from tests.helpers import RAN, plant_pickle
 
 SECRET = "a-flask-secret-key-for-these-tests"
 
@@ -129,7 +129,7 @@ def planted_one_ran(client: redis.Redis, app: Flask, ext: Any) -> bool:
     back: whether the planted code ran (values are not signed)."""
     with app.app_context():
         ext.stampede.set("k", "genuine", ttl=60)
-        client.set(f"{app.config['STAMPEDE_NAMESPACE']}:{{k", planted_pickle())
+        plant_pickle(client, f"{app.config['STAMPEDE_NAMESPACE']}:{{k")
         ext.stampede.get("k")
     ran = RAN == ["planted"]
     RAN.clear()

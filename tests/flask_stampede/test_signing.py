@@ -10,9 +10,9 @@ import pytest
 import redis
 
 import stampede
-from stampede._core.envelope import KIND
+from stampede._core.envelope import SIGNED
 from tests.flask_stampede.app import make_app
-from tests.helpers import RAN, planted_pickle
+from tests.helpers import RAN, plant_pickle
 
 SECRET = "a-flask-secret-key-for-these-tests"
 
@@ -22,7 +22,7 @@ def plant_everything(client: redis.Redis, app: Any) -> None:
     namespace = app.config["STAMPEDE_NAMESPACE"]
     for name in client.scan_iter(match=f"{namespace}*"):
         if b"}" not in name:  # a value's name: <namespace>:{<key>
-            client.set(name, planted_pickle())
+            plant_pickle(client, name)
 
 
 def test_with_a_secret_key_no_planted_value_is_loaded(client: redis.Redis) -> None:
@@ -62,7 +62,7 @@ def test_without_a_secret_key_values_are_unsigned_and_it_says_so(
     with app.app_context():
         ext.stampede.set("k", "v", ttl=60)
         cache.set("k", "v")
-    assert client.get(f"{app.config['STAMPEDE_NAMESPACE']}:{{k")[0] == KIND  # no flag: not signed
+    assert not client.get(f"{app.config['STAMPEDE_NAMESPACE']}:{{k")[0] & SIGNED  # not signed
 
 
 def test_an_explicit_key_wins_and_keys_rotate_with_the_secret(client: redis.Redis) -> None:
