@@ -62,7 +62,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "eviction",
         "faults.eviction",
-        "a keyspace larger than maxmemory, under each eviction policy",
+        "a keyspace larger than maxmemory, under each eviction policy; every read checked",
+    ),
+    Benchmark(
+        "churn",
+        "faults.churn",
+        "10 minutes of key churn with tags, batches, a near cache and cancelled waits: memory stays flat",
     ),
     Benchmark(
         "failover",

@@ -1,12 +1,20 @@
-"""``python -m bench eviction``: what a Redis that evicts (``maxmemory``) does to leases and rebuilds.
+"""``python -m bench eviction``: what a Redis that evicts (``maxmemory``) does to leases and rebuilds,
+and whether any read travels back in time.
 
 A keyspace larger than Redis's memory, read by 16 threads (4 instances, as
 4 processes would be, of 4 threads each) with a skewed popularity, under
 each eviction policy. Redis reports every key it evicts (keyspace
-notifications, ``evicted``): values, leases and fences are counted apart.
+notifications, ``evicted``): values and leases are counted apart.
 Every value evicted costs one rebuild, which no cache can avoid; what this
 measures is what eviction costs beyond that: leases evicted under their
 holders, commits refused, rebuilds of one key running at once.
+
+Then, under every policy, ``bench.faults._evicting``: instances read, rebuild,
+write and invalidate while a filler makes Redis evict, every read checked
+against the versions of a database (values served as fresh after an
+invalidation, deletion or replacement, values served at all after a
+deletion), and the same without writes, counting rebuilds of one key at once
+and within one ``ttl``.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ import stampede
 from stampede.testing import RedisServer
 
 from .._common.report import Section, Table, render_section
+from . import _evicting
 
 POLICIES = ("allkeys-lru", "allkeys-lfu", "volatile-lru", "volatile-ttl")
 INSTANCES = 4
@@ -107,7 +116,7 @@ def _evictions(url: str, counts: Counter[str], stop: threading.Event) -> None:
             if message is None:
                 continue
             name = bytes(message["data"])
-            kind = "lease" if name.endswith(b":lease") else "fence" if name.endswith(b":fence") else "value"
+            kind = "lease" if name.endswith(b":lease") else "state" if name.endswith(b"}:tag") else "value"
             counts[kind] += 1
     finally:
         pubsub.close()
@@ -193,7 +202,6 @@ def section(outcomes: Sequence[Outcome]) -> Section:
                 str(o.rebuilds),
                 str(values),
                 str(o.evicted["lease"]),
-                str(o.evicted["fence"]),
                 str(o.rejected),
                 f"{o.rebuilds / (o.keys + values):.2f}" if o.keys + values else "n/a",
                 str(o.most_at_once),
@@ -207,13 +215,12 @@ def section(outcomes: Sequence[Outcome]) -> Section:
             "rebuilds",
             "values evicted",
             "leases evicted",
-            "fences evicted",
             "commits refused",
             "rebuilds per (key + value evicted)",
             "most rebuilds of a key at once",
         ],
         rows,
-        "llrrrrrrrr",
+        "llrrrrrrr",
     )
     workloads = sorted({o.workload for o in outcomes})
     intro = f"{INSTANCES} instances x {THREADS} threads. " + "; ".join(
@@ -222,11 +229,64 @@ def section(outcomes: Sequence[Outcome]) -> Section:
     return Section("Eviction", intro + ".", table)
 
 
+def checked_section(seconds: float, policies: Sequence[str]) -> Section:
+    """Every policy under ``_evicting``'s load: with writes (what reads served), and without
+    (how many rebuilds of a key)."""
+    rows = []
+    for policy in policies:
+        written = _evicting.run(_evicting.Scenario(seconds=seconds), policy)
+        reads_only = _evicting.run(_evicting.Scenario(seconds=seconds, writers=0), policy)
+        evicted = written.evicted
+        errors = sum(n for kind, n in written.errors.items() if ":" not in kind)
+        rows.append(
+            [
+                policy,
+                str(written.reads),
+                str(sum(written.writes.values())),
+                " / ".join(str(evicted[kind]) for kind in ("value", "lease", "tag state", "namespace state")),
+                str(sum(written.fresh_too_old.values())),
+                str(sum(written.deleted_served.values())),
+                str(errors),
+                str(reads_only.rebuilds),
+                str(reads_only.most_at_once),
+                str(reads_only.most_in_a_window),
+            ]
+        )
+    table = Table(
+        [
+            "policy",
+            "reads",
+            "writes",
+            "evicted: values / leases / tag states / namespace state",
+            "served as fresh after an invalidation",
+            "served after a deletion",
+            "read errors",
+            "reads only: rebuilds",
+            "most of a key at once",
+            "most of a key within one ttl",
+        ],
+        rows,
+        "lrrlrrrrrr",
+    )
+    s = _evicting.Scenario(seconds=seconds)
+    intro = (
+        f"`bench.faults._evicting`, {seconds:g} s per policy and case: {s.instances} instances x "
+        f"{s.readers} readers, {s.keys} keys in {s.tags} tags, ttl {s.ttl:g} s, stale {s.stale_ttl:g} s, "
+        f"rebuilds {s.rebuild_seconds * 1000:g} ms, values {s.value_bytes} bytes, `maxmemory {s.maxmemory}`, "
+        f"a filler writing {s.filler_rate:g} keys of {s.filler_bytes} bytes a second; with writes: "
+        f"{s.writers} writers, one write each {s.write_every * 1000:g} ms."
+    )
+    return Section("Eviction: what reads served", intro, table)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench eviction", description=__doc__)
     parser.add_argument("--seconds", type=float, default=8.0, help="how long each policy runs")
     parser.add_argument("--policy", action="append", choices=POLICIES, help="only these (repeatable)")
     parser.add_argument("--workload", action="append", choices=sorted(WORKLOADS), help="only these")
+    parser.add_argument(
+        "--checked-seconds", type=float, default=10.0, help="how long each checked run lasts (0: none)"
+    )
     args = parser.parse_args(argv)
     outcomes = [
         run_policy(WORKLOADS[name], policy, args.seconds)
@@ -234,3 +294,5 @@ def main(argv: Sequence[str] | None = None) -> None:
         for policy in args.policy or POLICIES
     ]
     print(render_section(section(outcomes)))
+    if args.checked_seconds > 0:
+        print(render_section(checked_section(args.checked_seconds, args.policy or _evicting.POLICIES)))
