@@ -199,9 +199,12 @@ async def _arebuilt(n: int) -> str:
     return f"value of {n} " * 8
 
 
-def run(seconds: float, every: float, warmup: float) -> tuple[list[Sample], list[str]]:
-    """Churn for ``seconds``; samples every ``every`` seconds, and the allocation sites that grew
-    most after ``warmup`` seconds."""
+def run(
+    seconds: float, every: float, warmup: float, *, trace: bool = False
+) -> tuple[list[Sample], list[str]]:
+    """Churn for ``seconds``; samples every ``every`` seconds, and (``trace``: ``tracemalloc``,
+    which costs memory of its own, a snapshot's worth at the warm-up) the allocation sites that
+    grew most after ``warmup`` seconds."""
     process = psutil.Process()
     samples: list[Sample] = []
     grown: list[str] = []
@@ -225,7 +228,8 @@ def run(seconds: float, every: float, warmup: float) -> tuple[list[Sample], list
             thread.start()
         began = time.monotonic()
         baseline: tracemalloc.Snapshot | None = None
-        tracemalloc.start(10)
+        if trace:
+            tracemalloc.start(10)
         try:
             while (elapsed := time.monotonic() - began) < seconds:
                 time.sleep(min(every, max(0.0, seconds - elapsed)))
@@ -244,7 +248,7 @@ def run(seconds: float, every: float, warmup: float) -> tuple[list[Sample], list
                         int(info["used_memory"]),
                     )
                 )
-                if baseline is None and samples[-1].at >= warmup:
+                if trace and baseline is None and samples[-1].at >= warmup:
                     baseline = tracemalloc.take_snapshot()
             if baseline is not None:
                 end = tracemalloc.take_snapshot()
@@ -285,9 +289,11 @@ def section(samples: Sequence[Sample], grown: Sequence[str], warmup: float) -> S
         f"2,000), {NEW_KEYS_PER_SECOND} new keys a second living {TTL + STALE_TTL:g} s, tags per object "
         f"and per group, batches of 8, a writer every 5 ms, cancelled waits. RSS {first.rss / 2**20:.1f} "
         f"MiB at {first.at:.0f} s (warm), {last.rss / 2**20:.1f} MiB at {last.at:.0f} s: {growth:+.1%}. "
-        "Allocation sites that grew most after the warm-up (tracemalloc): "
-        + ("; ".join(grown) if grown else "none")
-        + "."
+        + (
+            "Allocation sites that grew most after the warm-up (tracemalloc): " + "; ".join(grown) + "."
+            if grown
+            else ""
+        )
     )
     return Section("Churn", intro, table)
 
@@ -297,8 +303,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--minutes", type=float, default=10.0, help="how long the churn lasts")
     parser.add_argument("--every", type=float, default=30.0, help="seconds between two samples")
     parser.add_argument("--warmup", type=float, default=None, help="seconds of warm-up (a fifth)")
+    parser.add_argument("--trace", action="store_true", help="where memory grew (tracemalloc; costs memory)")
     args = parser.parse_args(argv)
     seconds = args.minutes * 60
     warmup = seconds / 5 if args.warmup is None else args.warmup
-    samples, grown = run(seconds, args.every, warmup)
+    samples, grown = run(seconds, args.every, warmup, trace=args.trace)
     print(render_section(section(samples, grown, warmup)))

@@ -100,7 +100,7 @@ class Rebuilds:
             self.most_at_once = max(self.most_at_once, self._running[key])
         try:
             time.sleep(seconds)
-            return b"x" * size
+            return random.randbytes(size)  # incompressible: it takes its size in Redis
         finally:
             with self._lock:
                 self._running[key] -= 1
