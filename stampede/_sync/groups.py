@@ -136,13 +136,8 @@ class Groups:
         found: dict[bytes, tuple[int, int]] = {}
         history: dict[bytes, History] = {}
         if ids:
-            expire_ms = options.expire_ms
-            keep = "0" if expire_ms is None else str(expire_ms + options.lease_ms)
-            replies = self._server.on_keys(
-                "capture", [([states.key(tag)], [keep, "0"]) for tag in ids], "read the tags' states"
-            )
-            for tag, raw in zip(ids, replies, strict=True):
-                found[tag] = states.learned(tag, raw)
+            for tag, raw in zip(ids, self.keep_alive(ids, options), strict=True):
+                found[tag] = parse_state(raw)
                 history[tag] = History(bumped_at(raw), made_at(raw))
         deleted_since = False
         if since is None:
@@ -169,17 +164,19 @@ class Groups:
         recorded = versions_for((NAMESPACE, *ids), found, since_us, history, deleted_since)
         return Captured(recorded[0][1], recorded[1:])
 
-    def keep_alive(self, ids: tuple[bytes, ...], options: Options) -> None:
-        """Keep the states of tags ``ids`` (made again if lost) as long as a
-        value written now with ``options`` lives: after a ``touch``."""
+    def keep_alive(self, ids: tuple[bytes, ...], options: Options) -> list[Any]:
+        """Make the states of tags ``ids`` (if missing) or keep them alive as
+        long as a value written now with ``options`` lives: for a rebuild's
+        capture, and after a ``touch``. Returns the states, learned."""
         expire_ms = options.expire_ms
         keep = "0" if expire_ms is None else str(expire_ms + options.lease_ms)
         states = self._states
         replies = self._server.on_keys(
-            "capture", [([states.key(tag)], [keep, "0"]) for tag in ids], "keep the tags' states"
+            "capture", [([states.key(tag)], [keep, "0"]) for tag in ids], "read the tags' states"
         )
         for tag, raw in zip(ids, replies, strict=True):
             states.learned(tag, raw)
+        return replies
 
     def bump(self, ids: tuple[bytes, ...], *, hard: bool) -> None:
         """Invalidate (or, ``hard``, delete) the entries carrying any tag of ``ids``:
