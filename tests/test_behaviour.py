@@ -297,6 +297,35 @@ def test_holder_is_told_when_its_lease_is_lost(make_driver: Any, client: redis.R
     assert sf.get("k") is None
 
 
+def test_a_lease_key_overwritten_with_data_that_never_expires_is_taken_over(
+    make_driver: Any, client: redis.Redis, keys: KeySpace
+) -> None:
+    # Nothing would ever free such a key: neither a new caller nor a waiter
+    # already there waits on it.
+    client.set(keys("cold").lease, "not a lease")
+    sf = make_driver(on_wait_timeout="raise")
+    assert sf.get_or_rebuild("cold", Rebuilds(), ttl=60) == "v1"
+    assert sf.get("cold").value == "v1"
+
+    events: list[Event] = []
+    waiter = make_driver(on_wait_timeout="raise", on_event=events.append)
+    holding = Rebuilds(lambda n: "the holder's", delay=2.0)
+    holder = threading.Thread(target=lambda: sf.get_or_rebuild("k", holding, ttl=60))
+    holder.start()
+    assert holding.started.wait(10)
+    got: list[Any] = []
+    waiting = threading.Thread(
+        target=lambda: got.append(waiter.get_or_rebuild("k", Rebuilds(lambda n: "the waiter's"), ttl=60))
+    )
+    waiting.start()
+    wait_until(lambda: EventKind.LEASE_BUSY in {event.kind for event in events})
+    client.set(keys("k").lease, "not a lease")  # the holder's record replaced
+    waiting.join(30)
+    holder.join(30)
+    assert got == ["the waiter's"]  # not a WaitTimeoutError after wait_timeout
+    assert EventKind.WAIT_TIMEOUT not in {event.kind for event in events}
+
+
 @pytest.mark.parametrize("policy", ["raise", "rebuild"])
 def test_wait_timeout_policy(make_driver: Any, client: redis.Redis, keys: KeySpace, policy: str) -> None:
     sf = make_driver(on_wait_timeout=policy)

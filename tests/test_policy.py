@@ -163,6 +163,13 @@ def test_a_write_refused_by_a_redis_that_is_up_never_fails_a_read() -> None:
     assert policy.skips_retries(down, Options(fail_open=True))
 
 
+def test_a_value_rebuilt_without_redis_is_kept_for_the_next_callers_unless_redis_is_up_and_full() -> None:
+    # A full Redis still takes deletes: a copy kept in the process would outlive them.
+    assert not policy.keeps_alone(RedisUnavailableError("full", code="OOM"))
+    for code in ("CONNECTION", "MISCONF", None):
+        assert policy.keeps_alone(RedisUnavailableError("down", code=code))
+
+
 @pytest.mark.parametrize(("call", "answer"), sorted(policy.FAILED_OPEN_ANSWERS.items()))
 def test_a_plain_call_redis_failed_answers_as_an_empty_cache_under_fail_open(call: str, answer: Any) -> None:
     error = RedisUnavailableError("down", code="CONNECTION")

@@ -31,7 +31,7 @@ import redis
 import stampede
 from stampede.testing import RedisServer
 
-__all__ = ["POLICIES", "Evicting", "Outcome", "Scenario", "run", "served"]
+__all__ = ["POLICIES", "Evicting", "Outcome", "Scenario", "kind_of", "run", "served"]
 
 #: Every ``maxmemory-policy`` Redis has.
 POLICIES = (
@@ -212,13 +212,13 @@ class _Rebuilds:
         return most
 
 
-def _kind(name: bytes) -> str:
-    if not name.startswith(NAMESPACE.encode()):
+def kind_of(name: bytes, namespace: str = NAMESPACE) -> str:
+    """What a key of Redis is to ``namespace``: a value, a lease, a tag's or the namespace's
+    state, or someone else's key (``filler``)."""
+    if not name.startswith(namespace.encode()):
         return "filler"
     if name.endswith(b":lease"):
         return "lease"
-    if name.endswith(b":fence"):
-        return "fence"
     if name.endswith(b"{}:tag"):
         return "namespace state"
     if name.endswith(b"}:tag"):
@@ -395,7 +395,7 @@ class Evicting:
             while not self.stop.is_set():
                 message = pubsub.get_message(timeout=0.1)
                 if message is not None:
-                    kind = _kind(bytes(message["data"]))
+                    kind = kind_of(bytes(message["data"]))
                     with self.lock:
                         self.outcome.evicted[kind] += 1
         finally:

@@ -6,12 +6,14 @@ and leaves the old to expire), each carrying a tag of its object (one per 4 keys
 group; batches of 8; a writer that sets, deletes and invalidates keys and invalidates and deletes
 tags; and asyncio callers that give up waiting (cancelled) on a slow key. Every ``--every``
 seconds it samples the process's RSS, the sizes of the instances' own containers (near cache,
-tag states, flights, leases kept, memos, owed removals, waiters) and Redis's ``DBSIZE`` beside the
-keys alive (those written within their lifetime), and ``used_memory``.
+tag states, flights, leases kept, memos, owed removals, waiters), the blocks Python's allocator
+holds, and Redis's ``DBSIZE`` beside the namespace's keys by kind (by ``SCAN``: values, leases,
+tag states) and ``used_memory``.
 
-It reports RSS after the warm-up (``--warmup``, a fifth of the run by default) and at the end,
-the growth between them, and where ``tracemalloc`` saw the memory grow over that time (the
-allocation sites that grew most), with the largest the containers and ``DBSIZE`` got.
+It reports RSS after the warm-up (``--warmup``, a fifth of the run by default), halfway through
+what follows and at the end, the growth in each half (memory that settles grows less in the
+second), and with ``--trace`` where ``tracemalloc`` saw the memory grow after the warm-up (the
+allocation sites that grew most).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import contextlib
 import functools
 import gc
 import random
+import sys
 import threading
 import time
 import tracemalloc
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +42,7 @@ import stampede.asyncio
 from stampede.testing import RedisServer
 
 from .._common.report import Section, Table, render_section
+from ._evicting import kind_of
 
 __all__ = ["Sample", "main", "run"]
 
@@ -50,6 +55,7 @@ NEW_KEYS_PER_SECOND = 200
 #: Of the keys alive, how many are read (the newest).
 WINDOW = 2_000
 REBUILD_SECONDS = 0.002
+NAMESPACE = "churn"
 
 
 @dataclass
@@ -60,8 +66,11 @@ class Sample:
     rss: int
     containers: dict[str, int]
     dbsize: int
-    alive: int
+    #: The namespace's keys by kind (values, leases, tag states...), by ``SCAN``.
+    kinds: Counter[str]
     used_memory: int
+    #: Memory blocks Python's allocator holds (``sys.getallocatedblocks``): objects alive.
+    blocks: int
 
 
 @dataclass
@@ -76,10 +85,6 @@ class Churn:
     def pick(self, rng: random.Random) -> int:
         newest = self.newest()
         return max(0, newest - rng.randrange(min(WINDOW, newest + 1)))
-
-    def alive(self) -> int:
-        """Keys written within a lifetime (and a lease's time), about."""
-        return min(self.newest(), int((TTL + STALE_TTL + 1) * NEW_KEYS_PER_SECOND))
 
 
 def _key(n: int) -> str:
@@ -97,9 +102,9 @@ def containers(sf: Any) -> dict[str, int]:
         "tag states": len(sf._settings.tags._states),
         "flights": len(calls.flights),
         "kept": len(calls.kept),
-        "busy": len(calls.busy._until),
-        "unfilled": len(calls.unfilled._until),
-        "failed": len(calls.failed._known),
+        "busy": len(calls.busy),
+        "unfilled": len(calls.unfilled),
+        "failed": len(calls.failed),
         "owed": len(sf._owed),
         "reads in flight": len(sf._reads._pending),
         "leases kept": len(sf._keeper),
@@ -158,7 +163,7 @@ def _writer(sf: stampede.Stampede, churn: Churn, stop: threading.Event) -> None:
 
 async def _async_callers(url: str, churn: Churn, stop: threading.Event, seen: dict[str, Any]) -> None:
     async with stampede.asyncio.Stampede(
-        redis.asyncio.Redis.from_url(url, socket_timeout=5), namespace="churn", near_cache=2000
+        redis.asyncio.Redis.from_url(url, socket_timeout=5), namespace=NAMESPACE, near_cache=2000
     ) as asf:
         seen["async"] = asf
 
@@ -211,7 +216,7 @@ def run(
     with RedisServer() as server:
         admin = redis.Redis.from_url(server.url)
         client = redis.Redis.from_url(server.url, socket_timeout=5, max_connections=100)
-        sf = stampede.Stampede(client, namespace="churn", near_cache=2000)
+        sf = stampede.Stampede(client, namespace=NAMESPACE, near_cache=2000)
         churn = Churn()
         stop = threading.Event()
         seen: dict[str, Any] = {}
@@ -244,8 +249,9 @@ def run(
                         process.memory_info().rss,
                         sizes,
                         int(admin.dbsize()),
-                        churn.alive(),
+                        Counter(kind_of(name, NAMESPACE) for name in admin.scan_iter(count=1000)),
                         int(info["used_memory"]),
+                        sys.getallocatedblocks(),
                     )
                 )
                 if trace and baseline is None and samples[-1].at >= warmup:
@@ -275,20 +281,41 @@ def section(samples: Sequence[Sample], grown: Sequence[str], warmup: float) -> S
         [
             f"{s.at:.0f}",
             f"{s.rss / 2**20:.1f}",
+            f"{s.blocks / 1000:.0f}k",
             str(s.dbsize),
-            str(s.alive),
+            str(s.kinds["value"]),
+            str(s.kinds["lease"]),
+            str(s.kinds["tag state"]),
             f"{s.used_memory / 2**20:.1f}",
             ", ".join(f"{name} {size}" for name, size in s.containers.items() if size),
         ]
         for s in samples
     ]
-    table = Table(["s", "RSS MiB", "DBSIZE", "keys alive", "Redis used MiB", "containers"], rows, "rrrrrl")
-    growth = (last.rss - first.rss) / first.rss
+    table = Table(
+        [
+            "s",
+            "RSS MiB",
+            "Python blocks",
+            "DBSIZE",
+            "values",
+            "leases",
+            "tag states",
+            "Redis used MiB",
+            "containers",
+        ],
+        rows,
+        "rrrrrrrrl",
+    )
+    middle = min(after, key=lambda s: abs(s.at - (first.at + last.at) / 2))
+    values = [s.kinds["value"] for s in after]
     intro = (
         f"{THREADS} threads on a blocking instance and {TASKS} tasks on an asyncio one (near caches of "
         f"2,000), {NEW_KEYS_PER_SECOND} new keys a second living {TTL + STALE_TTL:g} s, tags per object "
-        f"and per group, batches of 8, a writer every 5 ms, cancelled waits. RSS {first.rss / 2**20:.1f} "
-        f"MiB at {first.at:.0f} s (warm), {last.rss / 2**20:.1f} MiB at {last.at:.0f} s: {growth:+.1%}. "
+        f"and per group, batches of 8, a writer every 5 ms, cancelled waits. RSS {_mib(first)} at "
+        f"{first.at:.0f} s (warm), {_mib(middle)} at {middle.at:.0f} s, {_mib(last)} at {last.at:.0f} s: "
+        f"{_growth(first, last)} after the warm-up ({_growth(first, middle)}, then {_growth(middle, last)}). "
+        f"After the warm-up DBSIZE was {min(s.dbsize for s in after)} to {max(s.dbsize for s in after)} "
+        f"for {min(values)} to {max(values)} values. "
         + (
             "Allocation sites that grew most after the warm-up (tracemalloc): " + "; ".join(grown) + "."
             if grown
@@ -296,6 +323,14 @@ def section(samples: Sequence[Sample], grown: Sequence[str], warmup: float) -> S
         )
     )
     return Section("Churn", intro, table)
+
+
+def _mib(sample: Sample) -> str:
+    return f"{sample.rss / 2**20:.1f} MiB"
+
+
+def _growth(before: Sample, after: Sample) -> str:
+    return f"{(after.rss - before.rss) / before.rss:+.1%}"
 
 
 def main(argv: Sequence[str] | None = None) -> None:

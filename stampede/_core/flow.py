@@ -180,11 +180,10 @@ class Flow:
     def _without_redis(self, error: RedisUnavailableError) -> Generator[Op, Any, _Outcome]:
         """Redis failed, under fail_open: what this process rebuilt or wrote of
         the key while Redis was away, if it is still fresh; else a rebuild
-        without Redis, kept for the next callers. Not kept where Redis answers
-        but refuses to store (full: ``OOM``): its other callers' writes and
-        deletes reach it, and a value kept here would outlive them."""
+        without Redis, kept for the next callers where the policy keeps it
+        (:func:`~stampede._core.policy.keeps_alone`)."""
         self.failed_open = True
-        kept, now = (None if error.code == "OOM" else self.kept), self.clock.monotonic()
+        kept, now = (self.kept if policy.keeps_alone(error) else None), self.clock.monotonic()
         if kept is not None:
             found, value = kept.get(self.keys.value, now)
             if found:

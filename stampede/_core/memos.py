@@ -9,105 +9,116 @@ from typing import Any
 from .envelope import Entry
 from .near import NearStore
 
-__all__ = ["BUSY_MEMO_SECONDS", "BusyLeases", "FailedKeys", "KeptAlone", "UnfilledKeys"]
+__all__ = ["BUSY_MEMO_SECONDS", "MOST_REMEMBERED", "BusyLeases", "FailedKeys", "KeptAlone", "UnfilledKeys"]
 
 
 #: The longest a process trusts that another holds a key's lease without
 #: asking Redis again: a holder that gave up without a value is noticed
 #: within this, where the lease's own expiry could be seconds away.
 BUSY_MEMO_SECONDS = 0.25
+#: The most names a memo holds: past it, it forgets them all (forgetting only
+#: costs a request to Redis).
+MOST_REMEMBERED = 4096
+#: A memo sweeps out its expired names once it holds twice as many as after
+#: its last sweep, and this many at least: the sweeps cost O(1) a note.
+FIRST_SWEEP = 64
 
 
-class BusyLeases:
-    """Per process: the keys whose lease another caller was found to hold, and
-    until when (monotonic). While a stale key is being refreshed elsewhere,
-    the process's next readers serve the stale value without asking for the
-    lease again: one ``GET`` per request, not a ``GET`` and a lease request."""
+class _Moments:
+    """Names remembered for a moment: each with a time (monotonic) past which
+    it is forgotten, and what was found. Names whose time passed are swept
+    out as the memo grows, so that a process reading ever new keys holds
+    only those of the last moment. Thread-safe enough: each step is one dict
+    operation (a note racing a sweep may be lost: a request to Redis)."""
 
-    __slots__ = ("_until",)
+    __slots__ = ("_sweep_at", "_until")
 
     def __init__(self) -> None:
-        self._until: dict[bytes, tuple[float, float]] = {}
+        self._until: dict[bytes, tuple[float, Any]] = {}
+        self._sweep_at = FIRST_SWEEP
+
+    def _recall(self, name: bytes, now: float) -> tuple[float, Any] | None:
+        found = self._until.get(name)
+        return found if found is not None and now < found[0] else None
+
+    def _remember(self, name: bytes, now: float, seconds: float, found: Any) -> None:
+        if len(self._until) >= self._sweep_at:
+            self._sweep(now)
+        self._until[name] = (now + min(seconds, BUSY_MEMO_SECONDS), found)
+
+    def _sweep(self, now: float) -> None:
+        live = {name: found for name, found in self._until.items() if now < found[0]}
+        if len(live) >= MOST_REMEMBERED:
+            live = {}
+        self._until = live
+        self._sweep_at = max(FIRST_SWEEP, 2 * len(live))
+
+    def __len__(self) -> int:
+        return len(self._until)
+
+    def forget(self, name: bytes) -> None:
+        """A write of this process (or a lease it won): ask Redis again next time."""
+        self._until.pop(name, None)
+
+
+class BusyLeases(_Moments):
+    """Per process: the keys whose lease another caller was found to hold, and
+    until when. While a stale key is being refreshed elsewhere, the process's
+    next readers serve the stale value without asking for the lease again:
+    one ``GET`` per request, not a ``GET`` and a lease request."""
+
+    __slots__ = ()
 
     def held(self, name: bytes, now: float, stale: Entry) -> bool:
         """Whether the lease on ``name`` was found held, and may still be, at
         ``now``, by a caller refreshing this same ``stale`` value (not an older one)."""
-        found = self._until.get(name)
-        return found is not None and now < found[0] and found[1] == stale.created_at
+        found = self._recall(name, now)
+        return found is not None and found[1] == stale.created_at
 
     def note(self, name: bytes, now: float, lease_pttl_ms: int, stale: Entry) -> None:
         """The lease on ``name`` was found held, ``lease_pttl_ms`` from its
         expiry, while ``stale`` was the value to refresh."""
         if lease_pttl_ms > 0:
-            until = self._until
-            if len(until) >= 4096:
-                until.clear()  # a bound on memory; forgetting only costs a lease request
-            until[name] = (now + min(lease_pttl_ms / 1000, BUSY_MEMO_SECONDS), stale.created_at)
-
-    def forget(self, name: bytes) -> None:
-        """A write of this process, or a lease it won: ask Redis again next time."""
-        self._until.pop(name, None)
+            self._remember(name, now, lease_pttl_ms / 1000, stale.created_at)
 
 
-class UnfilledKeys:
+class UnfilledKeys(_Moments):
     """Per process: the missing keys a read found marked as ones that reads do
-    not fill (see ``scripts.UNFILLED``), and until when (monotonic). A read
-    that finds such a key missing again misses at once, without asking for
-    the lease: one ``GET`` per read, as for a stock cache. A write of the key
-    by this process forgets it; another process's write shows in the ``GET``."""
+    not fill (see ``scripts.UNFILLED``), and until when. A read that finds
+    such a key missing again misses at once, without asking for the lease:
+    one ``GET`` per read, as for a stock cache. A write of the key by this
+    process forgets it; another process's write shows in the ``GET``."""
 
-    __slots__ = ("_until",)
-
-    def __init__(self) -> None:
-        self._until: dict[bytes, float] = {}
+    __slots__ = ()
 
     def known(self, name: bytes, now: float) -> bool:
         """Whether ``name`` was found marked, and may still be, at ``now``."""
-        until = self._until.get(name)
-        return until is not None and now < until
+        return self._recall(name, now) is not None
 
     def note(self, name: bytes, now: float, mark_pttl_ms: int) -> None:
         """``name`` was found marked, ``mark_pttl_ms`` from the mark's expiry."""
         if mark_pttl_ms > 0:
-            until = self._until
-            if len(until) >= 4096:
-                until.clear()  # a bound on memory; forgetting only costs a lease request
-            until[name] = now + min(mark_pttl_ms / 1000, BUSY_MEMO_SECONDS)
-
-    def forget(self, name: bytes) -> None:
-        """A write of this process: ask Redis again next time."""
-        self._until.pop(name, None)
+            self._remember(name, now, mark_pttl_ms / 1000, None)
 
 
-class FailedKeys:
+class FailedKeys(_Moments):
     """Per process: the missing keys whose last rebuild raised, found so in
-    their lease (see ``scripts.FAILED``), with what it said and until when
-    (monotonic). A caller with nothing in hand is told so at once, without
-    asking Redis, for a moment (:data:`BUSY_MEMO_SECONDS` at most: another
-    process's write ends the back-off). A write of the key by this process
-    forgets it; another process's write shows in the ``GET``."""
+    their lease (see ``scripts.FAILED``), with what it said and until when.
+    A caller with nothing in hand is told so at once, without asking Redis,
+    for a moment (:data:`BUSY_MEMO_SECONDS` at most: another process's write
+    ends the back-off). A write of the key by this process forgets it;
+    another process's write shows in the ``GET``."""
 
-    __slots__ = ("_known",)
-
-    def __init__(self) -> None:
-        self._known: dict[bytes, tuple[float, Any]] = {}
+    __slots__ = ()
 
     def known(self, name: bytes, now: float) -> tuple[float, Any] | None:
         """``(until, what the lease said)`` if ``name`` was found failed and may still be."""
-        found = self._known.get(name)
-        return found if found is not None and now < found[0] else None
+        return self._recall(name, now)
 
     def note(self, name: bytes, now: float, retry_in_ms: int, said: Any) -> None:
         """``name``'s lease said ``said`` (its ``Acquired``), ``retry_in_ms`` before a new try."""
         if retry_in_ms > 0:
-            known = self._known
-            if len(known) >= 4096:
-                known.clear()  # a bound on memory; forgetting only costs a lease request
-            known[name] = (now + min(retry_in_ms / 1000, BUSY_MEMO_SECONDS), said)
-
-    def forget(self, name: bytes) -> None:
-        """A write of this process: ask Redis again next time."""
-        self._known.pop(name, None)
+            self._remember(name, now, retry_in_ms / 1000, said)
 
 
 #: The most values :class:`KeptAlone` holds, and the longest it keeps one (s).

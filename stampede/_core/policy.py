@@ -8,6 +8,8 @@ answer:
 
 - :func:`on_redis_failure`: Redis failed before a value could be rebuilt
   under a lease (stale-if-error, then fail-open);
+- :func:`keeps_alone`: whether a value rebuilt without Redis is kept in
+  the process for the next callers;
 - :func:`on_rebuild_error`: the rebuild raised (stale-if-error);
 - :func:`failure`, :func:`on_backoff`: after a rebuild raised, nobody tries
   again for a growing back-off, recorded in Redis for every process;
@@ -49,6 +51,7 @@ __all__ = [
     "Fallback",
     "committed",
     "failure",
+    "keeps_alone",
     "on_backoff",
     "on_plain_failure",
     "on_rebuild_error",
@@ -128,6 +131,17 @@ def on_redis_failure(
     _log(error, "Redis failed for %s; rebuilding without it: %s", _named(name), error)
     emit(EventKind.FAIL_OPEN, error=error)
     return Fallback.ALONE
+
+
+def keeps_alone(error: RedisUnavailableError) -> bool:
+    """Whether a value rebuilt without Redis, after ``error``, is kept in the
+    process for the key's next callers within its ``ttl`` (single flight
+    while Redis is away). Not where Redis is up and refuses only to grow
+    (``OOM``: full under ``noeviction``): other callers' deletes and writes
+    reach it still, and a copy kept here would outlive them. Every caller
+    then rebuilds (the callers of one process at the same time share one
+    rebuild): a full Redis costs rebuilds, never a removed value served."""
+    return error.code != "OOM"
 
 
 def on_rebuild_error(name: str | None, error: BaseException, *, stale: bool) -> bool:

@@ -98,6 +98,16 @@ end
 local function make_record(token, until_ms, won_ms)
   return token .. ':' .. string.format('%.0f', until_ms) .. ':' .. string.format('%.0f', won_ms)
 end
+-- How long (ms) what the lease key holds keeps others from the lease: a
+-- record, until its time; foreign data, while it lives if it expires (data
+-- that never expires is taken over: nothing would ever free it). 0: free
+-- (nothing, a mark, a failed record: those have rules of their own).
+local function held_left(held, now)
+  if not held or held == UNFILLED or failed_record(held) then return 0 end
+  local token, until_ms = lease_record(held)
+  if token then return math.max(until_ms - now, 0) end
+  return math.max(redis.call('PTTL', KEYS[2]), 0)
+end
 """
 
 # The envelope's layout (stampede._core.envelope), for the scripts that read
@@ -205,11 +215,8 @@ if failed then
   if ARGV[3] ~= 'r' and now < retry_at then return {3, retry_at - now, reason, failed} end
   failures = failed
 end
-local token, until_ms = lease_record(held)
-if token and token ~= ARGV[1] and now < until_ms then return {0, until_ms - now} end
-if held and not token and not failed then
-  -- Not a record (another writer's): held while it lives, if it expires.
-  local left = redis.call('PTTL', KEYS[2])
+if lease_record(held) ~= ARGV[1] then
+  local left = held_left(held, now)
   if left > 0 then return {0, left} end
 end
 redis.call('SET', KEYS[2], make_record(ARGV[1], now + tonumber(ARGV[2]), now), 'PX', ARGV[4])
@@ -299,12 +306,7 @@ PROBE = (
     + """
 local held = redis.call('GET', KEYS[2])
 if failed_record(held) then return {read_value(), -3} end
-local token, until_ms = lease_record(held)
-if not token then
-  if held and held ~= UNFILLED then return {read_value(), math.max(redis.call('PTTL', KEYS[2]), -2)} end
-  return {read_value(), -2}
-end
-local left = until_ms - now_ms()
+local left = held_left(held, now_ms())
 if left <= 0 then return {read_value(), -2} end
 return {read_value(), left}
 """
