@@ -21,6 +21,7 @@ from stampede._core.ops import (
     Keep,
     Lookup,
     Op,
+    ReadTags,
     Rebuild,
     Rebuilt,
     Release,
@@ -47,6 +48,8 @@ def finish_leader(steps: Any, value: Any) -> Any:
     """A leader stopped at its rebuild: rebuilt ``value``, committed, done."""
     op = steps.send(Rebuilt(value, None, 0.1))
     assert isinstance(op, Commit)
+    # What it stored is judged by the tag states it records, read (not known lately).
+    assert steps.send(True) == ReadTags((b"",))
     with pytest.raises(StopIteration) as stop:
         steps.send(True)
     return stop.value.value
@@ -68,6 +71,25 @@ def test_the_first_caller_of_a_key_leads_and_the_next_waits_for_its_outcome() ->
         follower.send(True)
     assert stop.value.value == "built"
     assert len(calls.flights) == 0
+
+
+def test_a_follower_that_joins_after_the_leaders_last_question_to_redis_reads_again() -> None:
+    # What the leader asked may predate a write another process made and
+    # returned from before this follower came: the follower reads again.
+    clock = FakeClock()
+    calls = calls_with(clock)
+    keys = calls.settings.keys("k")
+    leader = calls.get_or_rebuild(keys, calls.settings.options, Lookup(None), (), can_wait=True)
+    lead_until_rebuild(leader)
+    assert isinstance(leader.send(Rebuilt("built", None, 0.1)), Commit)
+    assert leader.send(True) == ReadTags((b"",))  # its last question
+    clock.advance(0.01)
+    follower = calls.get_or_rebuild(keys, calls.settings.options, Lookup(None), (), can_wait=True)
+    assert isinstance(follower.send(None), AwaitFlight)
+    with pytest.raises(StopIteration) as stop:
+        leader.send(True)
+    assert stop.value.value == "built"
+    assert isinstance(follower.send(True), FirstRead)  # not the leader's outcome
 
 
 def test_a_follower_with_a_stale_value_in_hand_is_served_it_at_once() -> None:
@@ -180,7 +202,7 @@ def test_a_stale_key_refreshes_in_the_background_while_its_leader_is_served_stal
     assert len(calls.flights) == 1  # the refresh leads the flight until it is done
     value, ops = drive(op.steps, _lease_and_commit)
     assert value == "new"
-    assert kinds(ops) == [Acquire, Rebuild, Commit]
+    assert kinds(ops) == [Acquire, Rebuild, Commit, ReadTags]  # what it stored, judged
     assert len(calls.flights) == 0
 
 

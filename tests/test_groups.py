@@ -144,6 +144,40 @@ def test_a_rebuild_under_way_when_its_tag_is_invalidated_stores_a_stale_value(ma
     assert sf.get("k").is_fresh()
 
 
+def test_a_value_that_lands_while_a_caller_waits_is_judged_by_tag_states_as_a_read_is(
+    make_driver: Any,
+) -> None:
+    # Another process deletes the tag after the holder's rebuild captured
+    # its state: what that rebuild stores is missing to a caller who came
+    # after the deletion, whatever state of the tag its process held before.
+    holder, other = make_driver(tag_check_interval=INTERVAL), make_driver()
+    events: list[stampede.Event] = []
+    waiter = make_driver(tag_check_interval=INTERVAL, on_event=events.append)
+    assert waiter.get_or_rebuild("before", Rebuilds("x"), tags=["t"]) == "x"  # holds t's state
+    started, release = threading.Event(), threading.Event()
+
+    def slow() -> str:
+        started.set()
+        assert release.wait(10)
+        return "read before the deletion"
+
+    holding = threading.Thread(target=lambda: holder.get_or_rebuild("k", slow, tags=["t"]))
+    holding.start()
+    assert started.wait(10)
+    other.delete_tags("t")
+    time.sleep(2 * INTERVAL)  # the waiter's state of t is older than its interval
+    result: list[Any] = []
+    waiting = threading.Thread(
+        target=lambda: result.append(waiter.get_or_rebuild("k", Rebuilds("rebuilt after"), tags=["t"]))
+    )
+    waiting.start()
+    wait_until(lambda: stampede.EventKind.LEASE_BUSY in {event.kind for event in events})
+    release.set()
+    holding.join(10)
+    waiting.join(10)
+    assert result == ["rebuilt after"]
+
+
 def test_a_lease_committed_with_tags_after_an_invalidation_stores_a_stale_value(make_driver: Any) -> None:
     # Django's get() then set(tags=...): the tags are known only at the commit.
     sf = make_driver(tag_check_interval=INTERVAL)
@@ -232,13 +266,14 @@ def test_a_failed_read_of_a_tag_state_is_not_taken_for_one(
     client.delete(keys.prefix + b"}:tag")
     client.rpush(keys.prefix + b"}:tag", b"not a string")  # its GET fails (WRONGTYPE)
     rebuild = Rebuilds()
-    # Not served as fresh: the caller tries to refresh it, and is served it
-    # stale when Redis fails that too (it cannot record the namespace's state).
-    assert other.get_or_rebuild("k", rebuild, ttl=600) == "before"
+    # Not served as fresh: the caller refreshes it. Holding the lease, it
+    # reads the state again as a value that landed is read: foreign data
+    # there is a lost state, made again, so the refresh goes through.
+    assert other.get_or_rebuild("k", rebuild, ttl=600) == "new"
     assert stampede.EventKind.HIT not in events
     assert stampede.EventKind.LEASE_WON in events
-    assert rebuild.calls == 0
-    client.delete(keys.prefix + b"}:tag")
+    assert rebuild.calls == 1
+    assert client.type(keys.prefix + b"}:tag") == b"string"
 
 
 def test_invalidating_a_tag_costs_one_command_whatever_it_covers(make_driver: Any, server: Any) -> None:

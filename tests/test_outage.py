@@ -239,6 +239,30 @@ def test_a_full_redis_serves_reads_and_rebuilds_without_the_lease(
         admin.close()
 
 
+@pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
+def test_a_value_rendered_under_a_lease_of_the_process_alone_is_stored_nowhere(
+    make_driver: Any, server: RedisServer
+) -> None:
+    # Redis full refuses the lease: a Django get's caller renders under a lease
+    # of its process alone. A delete by another process meanwhile (its data
+    # changed) reaches Redis; the render, which may have read the data before,
+    # must not land after it, and nothing in Redis could refuse it.
+    sf, other = make_driver(server.url), make_driver(server.url)
+    admin = redis.Redis.from_url(server.url)
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", 1)
+    try:
+        read = sf.read("page")
+        assert read.lease is not None
+    finally:
+        admin.config_set("maxmemory", 0)
+        admin.close()
+    other.delete("page")
+    assert sf.commit(read.lease, "rendered before the delete") is False
+    assert other.get("page") is None
+    assert sf.get("page") is None  # nor kept in the process: Redis answers
+
+
 def test_a_database_out_of_range_is_a_misconfiguration_even_with_fail_open(server: RedisServer) -> None:
     sf = stampede.Stampede.from_url(urlunsplit(urlsplit(server.url)._replace(path="/99")), fail_open=True)
     with pytest.raises(stampede.ConfigurationError, match="no such database"):

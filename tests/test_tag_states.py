@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from stampede._core.tags import NAMESPACE, TagStates
+from stampede._core.tags import DELETED, NAMESPACE, TagStates
 
 INTERVAL = 0.1
 PREFIX = b"ns:{"
@@ -92,3 +92,33 @@ def test_with_no_check_interval_a_read_never_asks_for_the_namespace_with_an_entr
     exact = TagStates(PREFIX, 0)
     exact._monotonic = clock  # type: ignore[method-assign]
     assert not exact.namespace_due(clock.now)
+
+
+TAG = b"t"
+TAG_NAME = PREFIX + TAG + b"}:tag"
+
+
+def test_a_caller_judges_by_a_state_it_read_even_if_another_forgot_it_meanwhile(states: TagStates) -> None:
+    # Another caller's strict judge found it older than an entry it read, and
+    # forgot it, between this caller's read and its judgement.
+    fill = states.begin_fill(TAG_NAME)
+    states.end_fill(TAG_NAME, fill, state(10, deleted=10))  # delete_tags, as read
+    states._forget([TAG])
+    assert states.known((TAG,)) is None  # the next strict judge reads it again
+    assert states.verdict(0, ((TAG, 5),), strict=False) == DELETED
+
+
+def test_a_state_a_capture_learned_does_not_void_a_get_sent_after_it(states: TagStates) -> None:
+    fill = states.begin_fill(TAG_NAME)
+    states.learned(TAG, state(5))  # read before the delete, its reply late
+    states.end_fill(TAG_NAME, fill, state(10, deleted=10))
+    assert states.known((TAG,)) == {TAG: (10, 10)}
+    assert states.verdict(0, ((TAG, 5),)) == DELETED
+
+
+def test_a_get_voided_by_a_change_told_meanwhile_still_judges_its_caller(states: TagStates) -> None:
+    fill = states.begin_fill(TAG_NAME)
+    states.invalidate([TAG_NAME])
+    states.end_fill(TAG_NAME, fill, state(10, deleted=10))
+    assert states.known((TAG,)) is None  # not trusted: read again by the next strict judge
+    assert states.verdict(0, ((TAG, 5),), strict=False) == DELETED

@@ -10,13 +10,18 @@ all a value older than what ``delete`` or ``delete_tags`` removed. Meanwhile a f
 of its own, with expiries (``volatile-*`` policies evict only those), so that Redis evicts
 whatever its policy picks: values, leases, fences, tag states, the namespace's state.
 
-Reads are ``get`` (whose entry says whether it is fresh) and ``get_or_rebuild`` (which may serve
-a stale value, never a deleted one). Rebuilds are timed per key: how many of one key ran at once,
-and how many began within one ``ttl``.
+Reads are ``get`` (whose entry says whether it is fresh), ``get_or_rebuild`` and
+``get_or_rebuild_many`` (which may serve a stale value, never a deleted one), and ``read`` (a
+request's lease: a value found is checked as ``get_or_rebuild``'s; a lease won is committed with a
+value rebuilt, half of them with ``store_if_lapsed``), from blocking instances' threads and an
+asyncio instance's tasks. Rebuilds are timed per key: how many of one key ran at once, and how
+many began within one ``ttl``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import bisect
 import random
 import threading
 import time
@@ -27,8 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis
+import redis.asyncio
 
 import stampede
+import stampede.asyncio
 from stampede.testing import RedisServer
 
 __all__ = ["POLICIES", "Evicting", "Outcome", "Scenario", "kind_of", "run", "served"]
@@ -46,6 +53,11 @@ POLICIES = (
 )
 NAMESPACE = "evicting"
 #: What a writer does, and how often (weights).
+#: What a reader does, and how often (weights): ``get`` (an entry, fresh or not), ``get_or_rebuild``,
+#: ``get_or_rebuild_many`` of keys of one tag, and ``read`` then ``commit`` (a request's lease).
+READS = {"get": 3, "rebuild": 4, "batch": 1.5, "request": 1.5}
+#: Keys per batch.
+BATCH = 3
 WRITES = {
     "set": 4,
     "delete": 4,
@@ -58,14 +70,17 @@ WRITES = {
 
 @dataclass(frozen=True)
 class Scenario:
-    """The load: ``instances`` instances (as many processes would be) of ``readers`` threads, and
-    ``writers`` threads writing (none: reads only, for counting rebuilds)."""
+    """The load: ``instances`` blocking instances (as many processes would be) of ``readers``
+    threads, an asyncio instance of ``async_readers`` tasks, and ``writers`` threads writing
+    (none: reads only, for counting rebuilds)."""
 
     seconds: float = 4.0
     keys: int = 40
     tags: int = 6
     instances: int = 3
     readers: int = 4
+    #: Tasks on one asyncio instance more (0: none).
+    async_readers: int = 8
     writers: int = 2
     #: Seconds between two writes of one writer.
     write_every: float = 0.01
@@ -106,6 +121,9 @@ class Outcome:
     rebuilds: int = 0
     most_at_once: int = 0
     most_in_a_window: int = 0
+    #: The most rebuilds of one key begun within one ``ttl`` with nothing its value needs evicted
+    #: between them (its value, its tag's or the namespace's state).
+    most_in_a_kept_window: int = 0
     evicted: Counter[str] = field(default_factory=Counter)
     examples: list[str] = field(default_factory=list)
 
@@ -120,7 +138,8 @@ class Outcome:
             f"fresh but too old {dict(self.fresh_too_old)}, deleted yet served {dict(self.deleted_served)}, "
             f"errors {dict(self.errors)}; {self.handed_over} handed over by a rebuild in flight; "
             f"{self.rebuilds} rebuilds, at most {self.most_at_once} of a key "
-            f"at once, {self.most_in_a_window} within one ttl; evicted {dict(self.evicted)}"
+            f"at once, {self.most_in_a_window} within one ttl ({self.most_in_a_kept_window} with nothing "
+            f"evicted between them); evicted {dict(self.evicted)}"
             + (f"; e.g. {self.examples[:3]}" if self.examples else "")
         )
 
@@ -200,13 +219,17 @@ class _Rebuilds:
             with self.lock:
                 self.running[key] -= 1
 
-    def most_within(self, seconds: float) -> int:
-        """The most rebuilds of one key begun within ``seconds`` of each other."""
+    def most_within(self, seconds: float, losses: dict[str, list[float]] | None = None) -> int:
+        """The most rebuilds of one key begun within ``seconds`` of each other; with ``losses``
+        (by key, the times something its value needs was evicted: the value, its tag's or the
+        namespace's state), only those with no such loss between them."""
         most = 0
-        for starts in self.starts.values():
+        for key, starts in self.starts.items():
+            lost = sorted(losses.get(key, ())) if losses is not None else []
+            epochs = [bisect.bisect_right(lost, at) for at in starts]
             first = 0
             for last, at in enumerate(starts):
-                while at - starts[first] >= seconds:
+                while at - starts[first] >= seconds or epochs[first] != epochs[last]:
                     first += 1
                 most = max(most, last - first + 1)
         return most
@@ -242,6 +265,8 @@ class Evicting:
         # does, and an invalidation of its tag between the two would be the application's race.
         self.writing = threading.Lock()
         self.instances: list[stampede.Stampede] = []
+        #: Every eviction: when it was told, of what kind, of which key.
+        self.losses: list[tuple[float, str, bytes]] = []
 
     def tag_of(self, key: str) -> str:
         return f"g{int(key[1:]) % self.scenario.tags}"
@@ -249,13 +274,16 @@ class Evicting:
     def rebuild(self, key: str) -> Callable[[], tuple[Any, ...]]:
         def rebuild() -> tuple[Any, ...]:
             with self.rebuilds.one(key):
-                versions = self.database.read(key, self.tag_of(key))
+                # When its data was read: what a removal begun later may have missed.
+                versions, made = self.database.read(key, self.tag_of(key)), time.monotonic()
                 time.sleep(self.scenario.rebuild_seconds)
-                return (key, *versions, time.monotonic(), b"v" * self.scenario.value_bytes)
+                return (key, *versions, made, b"v" * self.scenario.value_bytes)
 
         return rebuild
 
-    def check(self, key: str, value: Any, rules: _Required, *, fresh: bool, cached: bool) -> None:
+    def check(
+        self, key: str, value: Any, rules: _Required, *, fresh: bool, cached: bool, by: str = "get_or_rebuild"
+    ) -> None:
         """A read of ``key`` served ``value`` (as fresh or not), begun when ``rules`` held;
         ``cached``: read from the cache alone (``get``), not maybe handed over by a rebuild in
         flight (single flight hands its callers the result of a rebuild begun before they came)."""
@@ -273,39 +301,115 @@ class Evicting:
                     if cached or made < began:
                         self.outcome.deleted_served[cause] += 1
                         self.outcome.examples.append(
-                            f"{key}: {cause} version {got} served after {least} deleted"
+                            f"{key}: {cause} version {got} served after {least} deleted ({by})"
                         )
                     else:
                         self.outcome.handed_over += 1
                 elif fresh and got < least_fresh:
                     self.outcome.fresh_too_old[cause] += 1
                     self.outcome.examples.append(
-                        f"{key}: {cause} version {got} fresh after {least_fresh} invalidated"
+                        f"{key}: {cause} version {got} fresh after {least_fresh} invalidated ({by})"
                     )
+
+    def plan(self, rng: random.Random) -> tuple[str, list[str], str]:
+        """What a reader does next (one of :data:`READS`), to which keys, all of one tag."""
+        (kind,) = rng.choices(list(READS), list(READS.values()))
+        s = self.scenario
+        key = rng.randrange(s.keys)
+        keys = [f"k{key}"]
+        if kind == "batch":
+            # Keys of one tag (a batch carries one set of tags).
+            same_tag = range(key % s.tags, s.keys, s.tags)
+            keys = [f"k{n}" for n in rng.sample(same_tag, min(BATCH, len(same_tag)))]
+        return kind, keys, self.tag_of(keys[0])
+
+    def served(
+        self, key: str, value: Any, rules: _Required, by: str, *, fresh: bool = False, cached: bool = False
+    ) -> None:
+        """:meth:`check` (``by``: the kind of read), and the read counted."""
+        self.check(key, value, rules, fresh=fresh, cached=cached, by=by)
+        with self.lock:
+            self.outcome.reads += 1
+            self.outcome.fresh_reads += fresh
+
+    def failed(self, exc: Exception) -> None:
+        with self.lock:
+            self.outcome.errors[type(exc).__name__] += 1
+
+    def rebuild_many(self, keys: list[str]) -> dict[str, tuple[Any, ...]]:
+        return {key: self.rebuild(key)() for key in keys}
 
     def reader(self, sf: stampede.Stampede, seed: int) -> None:
         rng = random.Random(seed)
-        s = self.scenario
         while not self.stop.is_set():
-            key = f"k{rng.randrange(s.keys)}"
-            tag = self.tag_of(key)
-            rules = self.rules.now(key, tag)
+            kind, keys, tag = self.plan(rng)
+            rules = {key: self.rules.now(key, tag) for key in keys}
+            key = keys[0]
             try:
-                if rng.random() < 0.3:
+                if kind == "get":
                     entry = sf.get(key)
                     if entry is not None:
-                        fresh = entry.is_fresh()
-                        self.check(key, entry.value, rules, fresh=fresh, cached=True)
-                        with self.lock:
-                            self.outcome.fresh_reads += fresh
+                        self.served(key, entry.value, rules[key], kind, fresh=entry.is_fresh(), cached=True)
+                elif kind == "rebuild":
+                    self.served(key, sf.get_or_rebuild(key, self.rebuild(key), tags=[tag]), rules[key], kind)
+                elif kind == "batch":
+                    for name, value in sf.get_or_rebuild_many(keys, self.rebuild_many, tags=[tag]).items():
+                        self.served(name, value, rules[name], kind)
                 else:
-                    value = sf.get_or_rebuild(key, self.rebuild(key), tags=[tag])
-                    self.check(key, value, rules, fresh=False, cached=False)
+                    read = sf.read(key, tags=[tag])
+                    if read.found:
+                        self.served(key, read.value, rules[key], kind)
+                    elif read.lease is not None:
+                        sf.commit(read.lease, self.rebuild(key)(), store_if_lapsed=rng.random() < 0.5)
             except stampede.StampedeError as exc:
-                with self.lock:
-                    self.outcome.errors[type(exc).__name__] += 1
-            with self.lock:
-                self.outcome.reads += 1
+                self.failed(exc)
+
+    async def async_reader(self, sf: stampede.asyncio.Stampede, seed: int) -> None:
+        """:meth:`reader` on an asyncio instance."""
+        rng = random.Random(seed)
+        while not self.stop.is_set():
+            kind, keys, tag = self.plan(rng)
+            rules = {key: self.rules.now(key, tag) for key in keys}
+            key = keys[0]
+            try:
+                if kind == "get":
+                    entry = await sf.get(key)
+                    if entry is not None:
+                        self.served(key, entry.value, rules[key], kind, fresh=entry.is_fresh(), cached=True)
+                elif kind == "rebuild":
+                    self.served(
+                        key, await sf.get_or_rebuild(key, self.rebuild(key), tags=[tag]), rules[key], kind
+                    )
+                elif kind == "batch":
+                    values = await sf.get_or_rebuild_many(keys, self.rebuild_many, tags=[tag])
+                    for name, value in values.items():
+                        self.served(name, value, rules[name], kind)
+                else:
+                    read = await sf.read(key, tags=[tag])
+                    if read.found:
+                        self.served(key, read.value, rules[key], kind)
+                    elif read.lease is not None:
+                        value = await asyncio.to_thread(self.rebuild(key))
+                        await sf.commit(read.lease, value, store_if_lapsed=rng.random() < 0.5)
+            except stampede.StampedeError as exc:
+                self.failed(exc)
+
+    async def async_instance(self) -> None:
+        """An asyncio instance (another process's, as it were) of ``async_readers`` tasks."""
+        s = self.scenario
+        client = redis.asyncio.Redis.from_url(self.url, socket_timeout=5)
+        try:
+            async with stampede.asyncio.Stampede(
+                client,
+                namespace=NAMESPACE,
+                ttl=s.ttl,
+                stale_ttl=s.stale_ttl,
+                lease_ttl=s.lease_ttl,
+                tag_check_interval=s.tag_check_interval,
+            ) as sf:
+                await asyncio.gather(*(self.async_reader(sf, 50_000 + i) for i in range(s.async_readers)))
+        finally:
+            await client.aclose()
 
     def writer(self, sf: stampede.Stampede, seed: int) -> None:
         rng = random.Random(seed)
@@ -395,12 +499,33 @@ class Evicting:
             while not self.stop.is_set():
                 message = pubsub.get_message(timeout=0.1)
                 if message is not None:
-                    kind = kind_of(bytes(message["data"]))
+                    name = bytes(message["data"])
+                    kind = kind_of(name)
                     with self.lock:
                         self.outcome.evicted[kind] += 1
+                        self.losses.append((time.monotonic(), kind, name))
         finally:
             pubsub.close()
             client.close()
+
+    def losses_by_key(self) -> dict[str, list[float]]:
+        """When something each key's value needs was evicted: the value, its tag's state or the
+        namespace's state."""
+        s = self.scenario
+        by_key: dict[str, list[float]] = defaultdict(list)
+        keys = [f"k{i}" for i in range(s.keys)]
+        for at, kind, name in self.losses:
+            if kind == "value":
+                by_key[name.decode().rpartition("{")[2]].append(at)
+            elif kind == "tag state":
+                tag = name.decode().rpartition("{")[2].partition("}")[0]
+                for key in keys:
+                    if self.tag_of(key) == tag:
+                        by_key[key].append(at)
+            elif kind == "namespace state":
+                for key in keys:
+                    by_key[key].append(at)
+        return by_key
 
     def run(self) -> Outcome:
         s = self.scenario
@@ -422,6 +547,10 @@ class Evicting:
                 self.instances.append(sf)
             threads = [threading.Thread(target=self.watch_evictions, daemon=True)]
             threads.append(threading.Thread(target=self.filler, daemon=True))
+            if s.async_readers:
+                threads.append(
+                    threading.Thread(target=lambda: asyncio.run(self.async_instance()), daemon=True)
+                )
             for i, sf in enumerate(self.instances):
                 threads += [
                     threading.Thread(target=self.reader, args=(sf, i * 100 + t), daemon=True)
@@ -439,6 +568,7 @@ class Evicting:
         outcome.rebuilds = sum(len(starts) for starts in self.rebuilds.starts.values())
         outcome.most_at_once = self.rebuilds.most_at_once
         outcome.most_in_a_window = self.rebuilds.most_within(s.ttl)
+        outcome.most_in_a_kept_window = self.rebuilds.most_within(s.ttl, self.losses_by_key())
         return outcome
 
 

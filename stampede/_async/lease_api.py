@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .._core.calls import Calls
 from .._core.envelope import Entry
-from .._core.keys import Keys, KeySpace
+from .._core.keys import KeySpace
 from .._core.lease import Lease, Read
 from .._core.near import NOT_HERE, NearStore
 from .._core.options import UNSET, NoMore, Options, unknown_arguments
@@ -55,10 +55,6 @@ class AsyncLeases:
     if TYPE_CHECKING:
 
         async def _pay_owed(self) -> bool: ...  # AsyncOperations'
-
-        async def _store(
-            self, keys: Keys, value: Any, options: Options, tag_ids: tuple[bytes, ...]
-        ) -> bool: ...  # AsyncOperations'
 
     async def read(
         self,
@@ -155,12 +151,10 @@ class AsyncLeases:
         lease._stop_renewing()
         tag_ids = None if tags is None else self._settings.tag_ids(tags)
         if lease._alone is not None:
-            # Rebuilt without Redis (it failed, under fail_open): stored as a
-            # set, if Redis takes it now, and served to the callers of this
-            # process that waited for it.
-            stored = await self._store(lease.keys, value, options, tag_ids or lease._flow.tags)
-            calls.settle_alone(lease, value)
-            return stored
+            # Rebuilt without Redis (it failed, or was full and refused the
+            # lease): served to this process's callers, stored nowhere.
+            calls.settle_alone(lease, value, options.ttl)
+            return False
         steps = calls.commit(lease, rebuilt, tag_ids, store_if_lapsed=store_if_lapsed)
         return cast(bool, await self._runner.drive(steps, lease.keys, options, None))
 

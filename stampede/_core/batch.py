@@ -43,6 +43,7 @@ from .ops import (
     ReleaseMany,
 )
 from .options import Options
+from .relay import relayed
 from .tags import TagsUnknown
 
 __all__ = ["ABSENT", "Absent", "checked", "get_or_rebuild_many"]
@@ -95,12 +96,17 @@ def get_or_rebuild_many(
         flight, leader = flights.join(flight_key)
         if leader:
             break
+        joined = calls.settings.clock.monotonic()
         if not can_wait or not (yield AwaitFlight(flight.done, options.wait_timeout)):
             return (yield from _Batch(calls, named, options, tags, can_wait).run())
-        if not flight.abandoned:
+        # Joined once its leader had read: what it found may predate a write
+        # that returned before this caller came. Those who did share the next.
+        if not flight.abandoned and not flight.asked_before(joined):
             return dict(flight.outcome())
     try:
-        found = yield from _Batch(calls, named, options, tags, can_wait).run()
+        found = yield from calls.leading(
+            flight, _Batch(calls, named, options, tags, can_wait).run(), first=True
+        )
     except BaseException as exc:
         flights.finish(flight_key, flight, error=exc)
         raise
@@ -163,15 +169,13 @@ class _Batch:
                     self.found[key] = value
         return self.found
 
-    def _lost_read(self, raws: list[Any]) -> Generator[Op, Any, None]:
+    def _states_read(self, raws: list[Any]) -> Generator[Op, Any, None]:
         """Before values read in the middle of the batch are judged: the tag
-        states they record that were found lost are read (and made) again
-        (see ``Flow._judged``)."""
-        lost: dict[bytes, None] = {}
-        for raw in raws:
-            lost.update(dict.fromkeys(self.judge.tags_lost(raw)))
-        if lost:
-            yield ReadTags(tuple(lost))
+        states they record that were not read lately (or were found lost)
+        are read (and made) first (see ``Flow._judged``)."""
+        unknown = self.judge.tags_unknown(*(raw for raw in raws if raw is not None))
+        if unknown:
+            yield ReadTags(tuple(unknown))
 
     def _emit_batch(self, kind: EventKind, **details: Any) -> None:
         self.settings.emit_named("", kind, **details)
@@ -234,7 +238,7 @@ class _Batch:
         won: list[_Won] = []
         landed: list[tuple[Keys, str]] = []
         waits: list[tuple[Any, Keys]] = []
-        yield from self._lost_read([acquired.current for acquired in replies if acquired.won])
+        yield from self._states_read([acquired.current for acquired in replies if acquired.won])
         for (key, names, entry, fallback), (_, token), acquired in zip(todo, asked, replies, strict=True):
             if not acquired.won:
                 settings.emit(names, EventKind.LEASE_BUSY)
@@ -348,7 +352,7 @@ class _Batch:
             for one, value in stored:
                 found[one.key] = one.stale.value if one.stale is not None else value
             return
-        yield from self._lost_read([outcome.current for outcome in replies if isinstance(outcome, Refused)])
+        yield from self._states_read([outcome.current for outcome in replies if isinstance(outcome, Refused)])
         for (one, value), outcome in zip(stored, replies, strict=True):
             if isinstance(outcome, Refused):
                 newer = self.judge.decode(one.keys, outcome.current)
@@ -361,17 +365,4 @@ class _Batch:
 def _of_key(keys: Keys, key: Any, steps: Generator[Op, Any, Any]) -> Generator[Op, Any, Any]:
     """``steps`` of one key's machine, each operation it asks for carried out
     on ``keys`` (see :class:`~stampede._core.ops.OfKey`)."""
-    reply: Any = None
-    failure: BaseException | None = None
-    while True:
-        try:
-            op = steps.throw(failure) if failure is not None else steps.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        try:
-            reply, failure = (yield OfKey(keys, key, op)), None
-        except GeneratorExit:
-            steps.close()
-            raise
-        except BaseException as exc:
-            reply, failure = None, exc
+    return relayed(steps, lambda op: OfKey(keys, key, op))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Generator, Hashable
+from math import inf
 from typing import Any
 
 from .._exceptions import ConfigurationError, RedisUnavailableError
@@ -33,12 +34,14 @@ from .ops import (
     Lookup,
     Op,
     Rebuild,
+    RebuildMany,
     Rebuilt,
     Release,
     RereadMany,
 )
 from .options import UNSET, Options
 from .owed import Owed
+from .relay import Stop, relayed
 from .scope import LeaseScope
 from .settings import Settings
 
@@ -51,23 +54,7 @@ def until_rebuild(steps: Steps) -> Steps:
     """Carry ``steps`` out up to the rebuild it asks for, and stop there: a
     :class:`~stampede._core.lease.Paused` with its lease, for a caller that
     rebuilds by itself (``read``); or the value, if none was asked for."""
-    reply: Any = None
-    failure: BaseException | None = None
-    while True:
-        try:
-            op = steps.throw(failure) if failure is not None else steps.send(reply)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(op, Rebuild):
-            steps.close()
-            return Paused(op.token, op.stale)
-        try:
-            reply, failure = (yield op), None
-        except GeneratorExit:
-            steps.close()
-            raise
-        except BaseException as exc:
-            reply, failure = None, exc
+    return relayed(steps, lambda op: Stop(Paused(op.token, op.stale)) if isinstance(op, Rebuild) else op)
 
 
 #: What ``Calls._lease_for`` answers when another caller of this process holds
@@ -157,7 +144,7 @@ class Calls:
             unfilled_keys=self.unfilled,
             failed_keys=self.failed,
             kept=self.kept,
-            lost=settings.judge.tags_lost,
+            unknown=settings.judge.tags_unknown,
             **kwargs,
         )
 
@@ -185,7 +172,7 @@ class Calls:
             if not (yield AwaitFlight(flight.done, options.wait_timeout)):
                 return (yield from self._after_wait_timeout(keys, options))
             self._waited(keys, started)
-            if flight.superseded or late:
+            if flight.superseded or late or flight.asked_before(started):
                 again = yield FirstRead()  # what the newer write left
                 if isinstance(again, Entry):
                     return again.value
@@ -203,6 +190,22 @@ class Calls:
             return self._serve_follower(keys, lookup.entry)
         flow = self.flow(keys, options, can_wait=can_wait, missed=missed, tags=tags)
         return (yield from self._led(keys.value, flight, flow, flow.run(lookup)))
+
+    def leading(self, flight: LocalFlight[Any], steps: Steps, *, first: bool = False) -> Steps:
+        """``steps`` of ``flight``'s leader, the flight told when its leader
+        asks Redis (see ``LocalFlight.asked_at``): each time, or (``first``)
+        the first time only, for a leader whose later questions concern part
+        of what it shares (a batch: its commits, its waits for some keys). A
+        rebuild is no question to Redis: callers who join while it runs
+        share it."""
+        monotonic = self.settings.clock.monotonic
+
+        def asked(op: Op) -> Op:
+            if not isinstance(op, (Rebuild, RebuildMany)) and not (first and flight.asked_at > -inf):
+                flight.asked_at = monotonic()
+            return op
+
+        return relayed(steps, asked)
 
     def _after_wait_timeout(self, keys: Keys, options: Options) -> Steps:
         # Callers that gave up on this process's own flight share one
@@ -229,7 +232,7 @@ class Calls:
     ) -> Steps:
         """``steps`` of the flight's leader, whose outcome its followers share."""
         try:
-            value = yield from steps
+            value = yield from self.leading(flight, steps)
         except BaseException as exc:
             self.flights.finish(flight_key, flight, error=exc)
             if background and isinstance(exc, Exception):
@@ -307,7 +310,7 @@ class Calls:
                 policy.on_wait_timeout(keys.name, options, functools.partial(self.settings.emit, keys))
                 return Read(False)
             self._waited(keys, started)
-            if flight.abandoned or late:
+            if flight.abandoned or late or flight.asked_before(started):
                 continue
             shared = flight.outcome()
             if shared is not LEASE_TAKEN:
@@ -324,7 +327,7 @@ class Calls:
                 missed=missed,
                 tags=tags,
             )
-            outcome = yield from until_rebuild(flow.run(lookup))
+            outcome = yield from until_rebuild(self.leading(flight, flow.run(lookup)))
             read = self._lease_for(keys, options, flow, outcome) if isinstance(outcome, Paused) else None
         except BaseException as exc:
             self.flights.finish(flight_key, flight, error=exc)
@@ -440,11 +443,16 @@ class Calls:
             return
         yield Release(lease.token, unfilled=unfilled and lease._on_miss)
 
-    def settle_alone(self, lease: Lease, value: Any) -> None:
+    def settle_alone(self, lease: Lease, value: Any, ttl: float | None = None) -> None:
         """The holder of ``lease``, rebuilt without Redis (see :meth:`_lease_for`),
-        wrote ``value`` (``None``: gave it back): the callers of its process
-        waiting for it are served it (or go on by themselves)."""
+        committed ``value`` (``None``: gave it back): the callers of its
+        process waiting for it are served it (or go on by themselves), and
+        the next ones for ``ttl`` while Redis is away, where the policy keeps
+        such values. It is stored nowhere: with no lease record to refuse it,
+        a write of the key made meanwhile (a delete) would be undone."""
         held, lease._alone = lease._alone, None
+        if value is not None and lease._flow.keeps_alone:
+            self.kept.keep(lease.keys.value, value, self.settings.clock.monotonic(), ttl)
         if held is not None:
             found = Read(True, value) if value is not None else Read(False)
             self.flights.finish((lease.keys.value, "alone"), held, value=found)

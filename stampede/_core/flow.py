@@ -108,7 +108,7 @@ class Flow:
         failed_keys: FailedKeys | None = None,
         kept: KeptAlone | None = None,
         tags: tuple[bytes, ...] = (),
-        lost: Callable[[bytes | None], list[bytes]] | None = None,
+        unknown: Callable[[bytes | None], list[bytes]] | None = None,
     ) -> None:
         self.keys = keys
         self.options = options
@@ -127,7 +127,7 @@ class Flow:
         self.failed_keys = failed_keys
         self.kept = kept
         self.tags = tags
-        self.lost = lost
+        self.unknown = unknown
         #: What the value rebuilt records of its groups (see :class:`Capture`).
         self.captured = UNTAGGED
         self.committed = False  # set by settle(): whether a rebuilt value was stored
@@ -135,6 +135,9 @@ class Flow:
         self.failures = 0  # the rebuilds of the key that raised in a row, as its lease said
         self.unfilled = False  # found the key marked as one that reads do not fill
         self.failed_open = False  # Redis failed: rebuilt without it (fail_open)
+        #: Whether what was rebuilt without Redis is kept in the process for
+        #: the key's next callers (see policy.keeps_alone).
+        self.keeps_alone = False
         # Its rebuild lost to a newer write (the commit was refused): its value
         # is for its own caller only, who asked before that write.
         self.superseded = False
@@ -168,13 +171,16 @@ class Flow:
         return value
 
     def _judged(self, raw: bytes | None) -> Generator[Op, Any, Entry | None]:
-        """What ``raw`` (read in the middle of the flow) holds, by the tag
-        states held however old; those found lost are read (and made) again
-        first: lost, they would make it read as missing, though it may be a
-        value written since, recording the state made again."""
-        lost = self.lost(raw) if self.lost is not None and raw is not None else None
-        if lost:
-            yield ReadTags(tuple(lost))
+        """What ``raw`` (read in the middle of the flow: a value that landed,
+        a newer write) holds, judged as a first read is: the tag states it
+        records that were not read within ``tag_check_interval`` (or were
+        found lost) are read (and made) first. A value committed just now
+        records the states its rebuild captured before it began; judged by
+        older states held here, it would be served after an invalidation
+        of its tags that this caller came after."""
+        unknown = self.unknown(raw) if self.unknown is not None and raw is not None else None
+        if unknown:
+            yield ReadTags(tuple(unknown))
         return self.decode(raw)
 
     def _without_redis(self, error: RedisUnavailableError) -> Generator[Op, Any, _Outcome]:
@@ -184,6 +190,7 @@ class Flow:
         (:func:`~stampede._core.policy.keeps_alone`)."""
         self.failed_open = True
         kept, now = (self.kept if policy.keeps_alone(error) else None), self.clock.monotonic()
+        self.keeps_alone = kept is not None
         if kept is not None:
             found, value = kept.get(self.keys.value, now)
             if found:
@@ -210,7 +217,7 @@ class Flow:
             self.emit(EventKind.REPLICA_HIT)
             return entry
         raw = yield from self._failover().until_primary(Reread(), error)
-        entry = self.decode(raw)
+        entry = yield from self._judged(raw)
         if entry is not None and entry.is_fresh(self.clock.time()):
             self.emit(EventKind.HIT)
             return entry
@@ -477,6 +484,13 @@ class Flow:
             self.superseded = True
             newer = (yield from self._judged(outcome.current)) if isinstance(outcome, Refused) else None
             return policy.on_refused_commit(name, rebuilt.value, newer, self.emit), None
+        # Its caller asked before any change the rebuild overlapped. Those of
+        # this process who came since (followers) may have come after an
+        # invalidation of its tags by another process: if one is seen now,
+        # they read again rather than share what it stored.
+        stored = yield from self._judged(data)
+        if stored is None or not stored.is_fresh(self.clock.time()):
+            self.superseded = True
         return rebuilt.value, None
 
     def _encode(self, rebuilt: Rebuilt) -> bytes:

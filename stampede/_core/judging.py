@@ -34,8 +34,8 @@ class Judge:
     def decode(self, keys: Keys, raw: bytes | None) -> Entry | None:
         """The entry ``raw`` holds, ``None`` when missing, unreadable (logged,
         reported) or deleted with a tag. Tags whose state was not read lately
-        count as unchanged: for values that just landed, and reads that
-        fetched the states they lacked."""
+        count as unchanged: for callers that read the states ``raw`` lacked
+        first (see :meth:`tags_unknown`), or that cannot (Redis failed)."""
         if raw is None:
             return None
         try:
@@ -95,10 +95,6 @@ class Judge:
         except CorruptEntryError:
             return False
         return self.tags.verdict(namespace, tags, strict=False) == DELETED
-
-    def tags_lost(self, raw: Any) -> list[bytes]:
-        """The tag ids ``raw`` records whose state was found lost lately."""
-        return self.tags.lost(self.codec.recorded(raw))
 
     def tags_unknown(self, *raws: Any) -> list[bytes]:
         """The tag ids, among those ``raws`` record, whose state was not read lately."""

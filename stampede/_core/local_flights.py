@@ -28,7 +28,17 @@ E = TypeVar("E", bound=_Settable)
 class LocalFlight(Generic[E]):
     """One leader's work on one key, and its outcome once ``done`` is set."""
 
-    __slots__ = ("_traceback", "done", "error", "followers", "overtaken", "superseded", "until", "value")
+    __slots__ = (
+        "_traceback",
+        "asked_at",
+        "done",
+        "error",
+        "followers",
+        "overtaken",
+        "superseded",
+        "until",
+        "value",
+    )
 
     def __init__(self, done: E) -> None:
         self.done = done
@@ -44,6 +54,10 @@ class LocalFlight(Generic[E]):
         #: the leader read may be older than that write, so callers that
         #: join from then on read again rather than take its outcome.
         self.overtaken = False
+        #: When (monotonic) the leader last asked Redis anything. Its outcome
+        #: is as of then: a follower that joined later may have come after
+        #: another process's write that it does not reflect, and reads again.
+        self.asked_at = float("-inf")
         self._traceback: TracebackType | None = None
 
     @property
@@ -51,6 +65,12 @@ class LocalFlight(Generic[E]):
         """The leader was cancelled or interrupted: followers must try again
         themselves rather than inherit a cancellation that was not theirs."""
         return self.error is not None and not isinstance(self.error, Exception)
+
+    def asked_before(self, joined: float) -> bool:
+        """Whether the leader last asked Redis before ``joined`` (monotonic),
+        when a follower joined: its outcome may not reflect a write another
+        process made meanwhile, so that follower reads again."""
+        return self.asked_at < joined
 
     def outcome(self) -> Any:
         """The leader's value, or its exception raised here."""

@@ -341,13 +341,26 @@ class TagStates:
         return worst
 
     def _forget(self, tags: list[bytes]) -> None:
-        """Drop these states: the next read of them asks Redis."""
+        """These states are known no longer: the next strict judge of them
+        asks Redis. (See :meth:`_expire`.)"""
         with self._lock:
-            for tag in tags:
-                if tag == NAMESPACE:
-                    self.namespace = _NOT_READ
-                else:
-                    self._states.pop(tag, None)
+            self._expire(tags)
+
+    def _expire(self, tags: Iterable[bytes]) -> None:
+        """Under the lock: these states are known no longer, but kept. A
+        caller that read them and now judges by the states held (not
+        strictly) must find what it read or newer, never nothing: a state
+        missing counts as unchanged there. Dropped, another caller's forget
+        between its read and its judgement would serve it a deleted entry."""
+        for tag in tags:
+            held = self.namespace if tag == NAMESPACE else self._states.get(tag)
+            if held is None or held is _NOT_READ:
+                continue
+            expired = (held[0], held[1], float("-inf"), False)
+            if tag == NAMESPACE:
+                self.namespace = expired
+            else:
+                self._states[tag] = expired
 
     def prolong(self, ids: Iterable[bytes]) -> bool:
         """Redis failed to answer for the states of ``ids``: trust those held,
@@ -406,16 +419,6 @@ class TagStates:
             found[tag] = (state[0], state[1])
         return found
 
-    def lost(self, ids: Iterable[bytes]) -> list[bytes]:
-        """Those of ``ids`` whose state was found lost (and not made again since)."""
-        states = self._states
-        out = []
-        for tag in ids:
-            state = self.namespace if tag == NAMESPACE else states.get(tag)
-            if state is not None and state[0] < 0:
-                out.append(tag)
-        return out
-
     def missing(self, ids: Iterable[bytes]) -> list[bytes]:
         """Those of ``ids`` whose state is not known lately."""
         now = self._monotonic()
@@ -451,9 +454,14 @@ class TagStates:
         or a reply sent later brought a newer one."""
         tag = self.tag_of(name)
         with self._lock:
+            state = parse_state(raw, tag)
             if self._ended(tag, token):
-                state = parse_state(raw, tag)
                 self._keep(tag, state, self.live)
+            else:
+                # Voided by a change told meanwhile: not trusted as known,
+                # but what its caller judges by is never older than it.
+                self._keep(tag, state, False)
+                self._expire((tag,))
 
     def drop_fill(self, name: bytes, token: object | None) -> None:
         """The ``GET`` failed or was abandoned: nothing was read, nothing is kept
@@ -473,11 +481,14 @@ class TagStates:
 
     def learned(self, tag: bytes, raw: Any) -> tuple[int, int]:
         """A state this process just wrote (or read with a capture): kept at
-        once, for ``interval`` (no token covered it: a change Redis told of
-        before its reply came would be missed)."""
+        once, for ``interval``, untracked (no token covered it: a change
+        Redis told of before its reply came would be missed). GETs of it
+        under way are not voided: one sent after it was read brings the same
+        state or a newer one, which takes its place (versions only rise);
+        voided, its caller would judge by this one, maybe older than its
+        own read."""
         state = parse_state(raw, tag)
         with self._lock:
-            self._filling.pop(tag, None)
             self._keep(tag, state, False)
         return state
 
@@ -527,10 +538,7 @@ class TagStates:
                 if name.endswith(SUFFIX):
                     tag = self.tag_of(name)
                     self._filling.pop(tag, None)
-                    if tag == NAMESPACE:
-                        self.namespace = _NOT_READ
-                    else:
-                        self._states.pop(tag, None)
+                    self._expire((tag,))
 
     def flush(self, *, live: bool) -> None:
         """The tracking connection was lost, or restored (``live``)."""
