@@ -17,7 +17,7 @@ TEST_WORKERS ?= 2
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ".[dev]" "django>=5.2,<6"
+	$(BIN)/pip install --quiet -e . --group dev "django>=5.2,<6"
 	touch $(STAMP)
 
 ## make test: install into .venv and run the suite against real redis-servers
@@ -43,7 +43,7 @@ test-near-cache: $(STAMP)
 $(VENV6)/.installed: pyproject.toml
 	$(PYTHON_DJANGO6) -m venv $(VENV6)
 	$(VENV6)/bin/pip install --quiet --upgrade pip
-	$(VENV6)/bin/pip install --quiet -e ".[test,hiredis]" "django>=6,<7"
+	$(VENV6)/bin/pip install --quiet -e ".[hiredis]" --group test "django>=6,<7"
 	touch $@
 
 test-django6:
@@ -73,16 +73,16 @@ demo: $(STAMP)
 ## (python -m bench lists them; bench/README.md says what each one backs)
 BENCH_ARGS ?= herd
 bench: $(STAMP)
-	$(BIN)/pip install --quiet -e ".[bench]"
+	$(BIN)/pip install --quiet -e . --group bench
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 DOCS_STAMP := $(VENV)/.docs-installed
 
-# Only the docs extra (the reference is read from the sources, not imported):
-# a fresh clone's make docs needs neither the test nor the demo extras.
+# Only the docs group (the reference is read from the sources, not imported):
+# a fresh clone's make docs needs neither the test nor the demo groups.
 $(DOCS_STAMP): pyproject.toml
 	test -x $(BIN)/python || { $(PYTHON) -m venv $(VENV) && $(BIN)/pip install --quiet --upgrade pip; }
-	$(BIN)/pip install --quiet -e ".[docs]"
+	$(BIN)/pip install --quiet -e . --group docs
 	touch $@
 
 ## make docs: the documentation site (mkdocs.yml) into .cache/site, built

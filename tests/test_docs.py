@@ -71,7 +71,7 @@ fails the page, so that no block can rot unseen:
     - ``python -m MODULE [args]`` (``python3`` too): ``python -m MODULE
       --help``, run from the repository, must exit 0.
     - ``mkdocs ...``, ``pytest ...``: the tool is a requirement of one of
-      pyproject.toml's extras.
+      pyproject.toml's extras or dependency groups.
     - ``redis-server ...``, ``docker ...``: allowed as they are.
 
     Anything else fails the page, naming the line and the command.
@@ -308,7 +308,7 @@ def _check_command(words: list[str]) -> str | None:
     if tool == "make":
         return _check_make(args)
     if tool in ("mkdocs", "pytest"):
-        return None if tool in _extras_tools() else f"{tool} is in none of pyproject.toml's extras"
+        return None if tool in _extras_tools() else f"{tool} is in none of pyproject.toml's extras or groups"
     if tool in ("redis-server", "docker"):
         return None
     return "not a command the docs may show (see tests/test_docs.py for the ones they may)"
@@ -390,8 +390,16 @@ def _pyproject() -> dict[str, Any]:
 
 
 def _extras_tools() -> set[str]:
-    extras = _pyproject()["project"]["optional-dependencies"]
-    return {canonicalize_name(Requirement(spec).name) for specs in extras.values() for spec in specs}
+    """What pyproject.toml's extras and dependency groups install (a group's
+    ``include-group`` entries aside: what they include is listed itself)."""
+    project = _pyproject()
+    lists = [*project["project"]["optional-dependencies"].values(), *project["dependency-groups"].values()]
+    return {
+        canonicalize_name(Requirement(spec).name)
+        for specs in lists
+        for spec in specs
+        if isinstance(spec, str)
+    }
 
 
 def _check_python(block: Block) -> list[str]:

