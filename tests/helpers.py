@@ -209,9 +209,9 @@ def lease_record(client: redis.Redis, lease: bytes) -> tuple[bytes, int] | None:
     """The lease record at ``lease`` (a lease key's name): its holder's token and the server time
     (ms) it is held until; ``None`` if the key holds no record (none, or a mark)."""
     raw = client.get(lease)
-    if not isinstance(raw, bytes) or raw.count(b":") != 2 or raw.startswith(b"!"):
+    if not isinstance(raw, bytes) or raw.count(b":") < 2 or raw.startswith(b"!"):
         return None
-    token, until, _ = raw.split(b":")
+    token, until, _ = raw.split(b":", 3)[:3]
     return token, int(until)
 
 

@@ -10,6 +10,7 @@ import pytest
 import redis
 
 import stampede
+import stampede.asyncio
 from stampede import ConfigurationError, Options, StampedeError
 
 
@@ -173,6 +174,17 @@ def test_a_refused_url_is_named_without_its_password(url: str) -> None:
         stampede.Stampede.from_url(url)
     assert "hunter2" not in str(raised.value)
     assert "***" in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["http://:hunter2@h:6379/0", "valkey://h", "REDIS+SENTINELS://h/s"])
+def test_a_url_of_another_scheme_is_refused_by_name(url: str) -> None:
+    for cls in (stampede.Stampede, stampede.asyncio.Stampede):
+        with pytest.raises(
+            stampede.ConfigurationError, match=r"url: .* is not a Redis URL scheme; use one of redis://"
+        ) as raised:
+            cls.from_url(url)
+        assert raised.value.field == "url"
+        assert "hunter2" not in str(raised.value)
 
 
 @pytest.mark.parametrize("name", ["ttl", "stale_ttl", "lease_ttl", "max_lease_time", "wait_timeout"])

@@ -146,7 +146,11 @@ def test_the_wheel_is_named_for_the_index_and_needs_redis_alone(wheel: Path) -> 
     packages = {top for top in tops if not top.endswith(".dist-info")}
     assert packages == {"stampede", "django_stampede", "flask_stampede"}
     with zipfile.ZipFile(wheel) as archive:
-        assert not [name for name in archive.namelist() if name.startswith("stampede/__main__")]
+        assert "stampede/__main__.py" in archive.namelist()  # python -m stampede
+        (entry_points,) = [
+            name for name in archive.namelist() if name.endswith(".dist-info/entry_points.txt")
+        ]
+        assert "stampede = stampede.cli:main" in archive.read(entry_points).decode()
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-project-not-secret")
 DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "[::1]"]
 
-INSTALLED_APPS = ["example_project.django_site.catalog"]
+INSTALLED_APPS = ["example_project.django_site.catalog", "django_stampede"]  # manage.py stampede
 MIDDLEWARE: list[str] = []
 ROOT_URLCONF = "example_project.django_site.urls"
 WSGI_APPLICATION = "example_project.django_site.wsgi.application"

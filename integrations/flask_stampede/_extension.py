@@ -9,6 +9,7 @@ from flask import Flask, Response
 
 import stampede
 
+from ._command import stampede_command
 from ._config import StampedeConfig, setting_of
 from ._memoize import memoized
 from ._redis import redis_client
@@ -73,6 +74,7 @@ class Stampede:
             setting = setting_of(exc, "STAMPEDE_REDIS_OPTIONS")
             raise stampede.ConfigurationError(f"flask_stampede: {setting} is invalid: {exc}") from exc
         app.extensions["stampede"] = AppState(settings, core)
+        app.cli.add_command(stampede_command)  # flask stampede ...
 
     @property
     def stampede(self) -> stampede.Stampede:

@@ -6,6 +6,8 @@ Free of I/O: the drivers send what these build and hand the replies back.
 
 from __future__ import annotations
 
+import os
+import socket
 from typing import Any
 
 from .._core.keys import Keys
@@ -21,6 +23,7 @@ __all__ = [
     "commit_outcome",
     "delete_args",
     "extend_args",
+    "holder",
     "incr_args",
     "incr_result",
     "invalidate_args",
@@ -33,11 +36,22 @@ __all__ = [
 
 # --- leases -------------------------------------------------------------------
 
+#: This host's name as lease records carry it: printable, without the
+#: separator, and short (a record is read by every waiter).
+_HOST = "".join(c for c in socket.gethostname() if c.isprintable() and c != ":")[:64] or "?"
+
 
 def acquire_args(token: str, options: Options, reads: bool) -> list[Any]:
     """ACQUIRE's: a read (``reads``) gets no lease on a key marked unfilled; the
-    lease's record is kept as long as its holder may store (``lapse_ms``)."""
-    return [token, options.lease_ms, "r" if reads else "", options.lapse_ms]
+    lease's record is kept as long as its holder may store (``lapse_ms``), and
+    names this process (``host:pid``) for operators to see."""
+    return [token, options.lease_ms, "r" if reads else "", options.lapse_ms, holder()]
+
+
+def holder() -> str:
+    """This process, as lease records name it: ``host:pid`` (the pid read now:
+    a forked child is another holder)."""
+    return f"{_HOST}:{os.getpid()}"
 
 
 def acquired(reply: Any) -> Acquired:

@@ -8,8 +8,9 @@ success (by token, or by the bytes it wrote) instead of reporting failure.
 Keys: KEYS[1] is the value, KEYS[2] its lease, KEYS[3] a scratch key; all
 carry the same hash tag.
 
-A lease key holds a record, ``<token>:<held until>:<won at>`` (the server's
-clock, in milliseconds): the lease is held until ``held until`` (renewed by
+A lease key holds a record, ``<token>:<held until>:<won at>:<holder>`` (the
+server's clock, in milliseconds; the holder's ``host:pid``, for operators to
+see, decides nothing): the lease is held until ``held until`` (renewed by
 EXTEND), and the key itself lives ``lapse_ms`` from when the lease was won,
 as long as its holder may still store. A commit stores only while its own
 record is there: positive evidence that nothing was written, deleted or
@@ -88,15 +89,18 @@ local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
--- A lease record's token, held-until and won-at (ms), or nil.
+-- A lease record's token, held-until and won-at (ms) and holder
+-- ('host:pid', or ''), or nil.
 local function lease_record(held)
   if type(held) ~= 'string' then return nil end
-  local token, until_ms, won_ms = string.match(held, '^(%x+):(%d+):(%d+)$')
+  local token, until_ms, won_ms, holder = string.match(held, '^(%x+):(%d+):(%d+):?(.*)$')
   if not token then return nil end
-  return token, tonumber(until_ms), tonumber(won_ms)
+  return token, tonumber(until_ms), tonumber(won_ms), holder
 end
-local function make_record(token, until_ms, won_ms)
-  return token .. ':' .. string.format('%.0f', until_ms) .. ':' .. string.format('%.0f', won_ms)
+local function make_record(token, until_ms, won_ms, holder)
+  local record = token .. ':' .. string.format('%.0f', until_ms) .. ':' .. string.format('%.0f', won_ms)
+  if holder and holder ~= '' then record = record .. ':' .. holder end
+  return record
 end
 -- How long (ms) what the lease key holds keeps others from the lease: a
 -- record, until its time; foreign data, while it lives if it expires (data
@@ -186,7 +190,8 @@ end
 # ARGV: token, lease_ms, reads ('r': the caller is a read, which a key marked
 # UNFILLED sends away without a lease; anything else: a rebuild, which has a
 # function to fill the key with, so it takes the lease over the mark),
-# record_ms (how long the record is kept: as long as its holder may store).
+# record_ms (how long the record is kept: as long as its holder may store),
+# holder ('host:pid', shown to operators; the token alone decides).
 # -> {1, value-or-nil, won-at, failures} when the caller holds the lease (the
 #    value lets it see a rebuild that landed between its read and its lease;
 #    won-at is the server's clock as text, seconds); {0, ms left} when
@@ -219,7 +224,7 @@ if lease_record(held) ~= ARGV[1] then
   local left = held_left(held, now)
   if left > 0 then return {0, left} end
 end
-redis.call('SET', KEYS[2], make_record(ARGV[1], now + tonumber(ARGV[2]), now), 'PX', ARGV[4])
+redis.call('SET', KEYS[2], make_record(ARGV[1], now + tonumber(ARGV[2]), now, ARGV[5]), 'PX', ARGV[4])
 return {1, read_value(), string.format('%d.%06d', tonumber(t[1]), tonumber(t[2])), failures}
 """
 )
@@ -288,9 +293,9 @@ return 0
 EXTEND = (
     _UNFILLED
     + """
-local token, _, won_ms = lease_record(redis.call('GET', KEYS[2]))
+local token, _, won_ms, holder = lease_record(redis.call('GET', KEYS[2]))
 if token ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[2], make_record(token, now_ms() + tonumber(ARGV[2]), won_ms), 'KEEPTTL')
+redis.call('SET', KEYS[2], make_record(token, now_ms() + tonumber(ARGV[2]), won_ms, holder), 'KEEPTTL')
 return 1
 """
 )

@@ -123,8 +123,13 @@ def parse_url(url: str, *, cluster: bool = False) -> Target:
         )
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
-    # Another scheme is left to redis-py, which names those it takes.
-    kind, tls = _SCHEMES.get(scheme, ("server", False))
+    if scheme not in _SCHEMES:
+        raise ConfigurationError(
+            f"url: {scheme}:// is not a Redis URL scheme; use one of "
+            f"{', '.join(name + '://' for name in _SCHEMES)}, got {redact(url)!r}",
+            field="url",
+        )
+    kind, tls = _SCHEMES[scheme]
     if kind == "sentinel":
         return _sentinel(url, rest, ssl=tls)
     if kind == "server" and not cluster:

@@ -21,6 +21,7 @@ def configure(redis_url: str) -> None:
             "django.contrib.auth",
             "cache",
             "tests.django_stampede.project",
+            "django_stampede",  # manage.py stampede
         ],
         "CACHES": {
             "default": {

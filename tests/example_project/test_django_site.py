@@ -33,6 +33,28 @@ def test_the_site_passes_djangos_checks(redis_url: str, cache: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_manage_py_stampede_looks_inside_the_sites_cache(redis_url: str) -> None:
+    env = {**os.environ, "REDIS_URL": redis_url, "EXAMPLE_CACHE": "stampede"}
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+
+    def manage(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, str(MANAGE), "stampede", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    shown = manage("--help")
+    assert shown.returncode == 0, shown.stderr
+    assert "Commands: inspect KEY..." in " ".join(shown.stdout.split())
+    inspected = manage("inspect", "never-written")
+    assert inspected.returncode == 0, inspected.stderr
+    assert inspected.stdout.startswith("never-written: missing (no value)")
+
+
 def test_a_bad_cache_setting_is_named(redis_url: str) -> None:
     env = {**os.environ, "REDIS_URL": redis_url, "EXAMPLE_CACHE": "memcached"}
     env.pop("DJANGO_SETTINGS_MODULE", None)

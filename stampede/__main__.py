@@ -1,0 +1,5 @@
+"""``python -m stampede``: see :mod:`stampede.cli`."""
+
+from .cli import main
+
+raise SystemExit(main())
