@@ -50,6 +50,13 @@ class Block:
         return textwrap.indent("\n".join(lines[:6]), "    ") + more
 
     @property
+    def is_test_file(self) -> bool:
+        """A file of a test project a page shows (``python title="x/conftest.py"``,
+        ``title="x/test_views.py"``): run by pytest, not in the page's process."""
+        name = Path(self.title).name
+        return self.language == "python" and (name == "conftest.py" or name.startswith("test_"))
+
+    @property
     def is_settings(self) -> bool:
         """A Django settings module: ``python title="settings.py"``."""
         return self.language == "python" and Path(self.title).name == "settings.py"
@@ -95,7 +102,11 @@ def blocks(page: Path, root: Path) -> list[Block]:
 def plan(page: list[Block], url: str, root: Path) -> dict[str, Any]:
     """What :func:`main` runs of a page: its Python blocks that are to run, in
     order, with ``redis://localhost:6379`` replaced by ``url``."""
-    python = [block for block in page if block.language == "python" and block.no_run is None]
+    python = [
+        block
+        for block in page
+        if block.language == "python" and block.no_run is None and not block.is_test_file
+    ]
     return {
         "blocks": [
             {

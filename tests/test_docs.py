@@ -48,6 +48,12 @@ fails the page, so that no block can rot unseen:
     page applies its names over the first's, as Django's
     ``override_settings`` does (caches included).
 
+``python title="project/conftest.py"``, ``title="project/test_x.py"``
+    A test project's files (``conftest.py``, ``test_*.py``), by folder: not
+    run in the page's process; written to a fresh directory per folder and
+    run by ``python -m pytest`` there, which must pass and run at least one
+    test (their fixtures start the Redis they need).
+
 ``python title="views.py"`` (``urls.py``, ``app.py``...)
     Run in the page's namespace like any Python block; afterwards the
     namespace is importable under the title's name too (``urls``, for
@@ -132,6 +138,8 @@ PUBLIC_MODULES = {
     "stampede": "stampede/__init__.py",
     "stampede.asyncio": "stampede/asyncio.py",
     "stampede.testing": "stampede/testing/__init__.py",
+    "stampede.testing.fixtures": "stampede/testing/fixtures.py",
+    "stampede.cli": "stampede/cli.py",
     "stampede.prometheus": "stampede/prometheus.py",
     "stampede.opentelemetry": "stampede/opentelemetry.py",
     "django_stampede": "integrations/django_stampede/__init__.py",
@@ -182,8 +190,11 @@ def test_page(page: Path, tmp_path: Path) -> None:
     ]
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
-    if any(b.language == "python" and b.no_run is None for b in found):
+    if any(b.language == "python" and b.no_run is None and not b.is_test_file for b in found):
         _run_python(found, tmp_path)
+    projects = _test_projects([b for b in found if b.is_test_file and b.no_run is None])
+    for project, files in projects.items():
+        _run_pytest(project, files, tmp_path / "projects" / project)
 
 
 def test_few_blocks_do_not_run() -> None:
@@ -250,6 +261,58 @@ def _run_python(page: list[Block], tmp_path: Path) -> None:
         output = done.stdout[-2000:]
         pytest.fail(
             f"{done.stderr}" + (f"\n--- the page's output (its end) ---\n{output}" if output.strip() else ""),
+            pytrace=False,
+        )
+
+
+# --- test projects: run by pytest ---------------------------------------------------
+
+
+def _test_projects(found: list[Block]) -> dict[str, list[Block]]:
+    """The page's test files, by project: the first folder of their title."""
+    projects: dict[str, list[Block]] = {}
+    for block in found:
+        folder = Path(block.title).parts[0] if len(Path(block.title).parts) > 1 else "."
+        projects.setdefault(folder, []).append(block)
+    return projects
+
+
+def _run_pytest(project: str, files: list[Block], where: Path) -> None:
+    """Write ``files`` (each under its title, its project folder taken off) and
+    run pytest on them, as their reader would: they must pass, with every test
+    they define run, against a redis-server the fixtures start themselves."""
+    where.mkdir(parents=True)
+    for block in files:
+        path = where.joinpath(*Path(block.title).parts[1:] or [block.title])
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(block.code, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "STAMPEDE_TEST_", "PYTEST_"))}
+    paths = [str(where), str(ROOT), str(ROOT / "integrations"), env.get("PYTHONPATH", "")]
+    env.update(PYTHONPATH=os.pathsep.join(p for p in paths if p), PYTHONDONTWRITEBYTECODE="1")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:randomly",
+            "--rootdir",
+            where,
+        ],
+        capture_output=True,
+        text=True,
+        cwd=where,
+        env=env,
+        timeout=PAGE_TIMEOUT,
+    )
+    where_from = ", ".join(f"{b.path}:{b.line}" for b in files)
+    if done.returncode != 0 or " passed" not in done.stdout:
+        pytest.fail(
+            f"the test project {project!r} ({where_from}) failed:\n"
+            f"{done.stdout[-3000:]}{done.stderr[-2000:]}",
             pytrace=False,
         )
 
