@@ -4,6 +4,13 @@ Same names and behaviour as :class:`stampede.Stampede`, as coroutines; it
 runs the same machines (``stampede/_core/``). Rebuild functions may be
 coroutine functions or plain callables; plain ones run in a worker thread so
 that a slow rebuild never blocks the event loop.
+
+An instance belongs to the event loop it is first used on, as its
+``redis.asyncio`` connections do: used again under a second
+``asyncio.run()``, its connections (of a loop now closed) fail with "Event
+loop is closed". Make one per loop (inside the coroutine that
+``asyncio.run`` runs, with ``async with``), or let :func:`for_running_loop`
+keep one per loop for you.
 """
 
 from __future__ import annotations

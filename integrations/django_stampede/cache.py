@@ -94,7 +94,10 @@ class StampedeCache(Reads, Writes, SingleFlight):
 
     @property
     def stampede(self) -> Stampede:
-        """The blocking :class:`Stampede` behind this cache."""
+        """The blocking :class:`Stampede` behind this cache, shared by the
+        caches of the same ``LOCATION`` and options: its keys are raw (give it
+        ``make_key(key)``) and its ``ttl`` is its own (pass ``ttl=``), not the
+        cache's ``KEY_PREFIX``, ``VERSION`` or ``TIMEOUT``."""
         return self._core
 
     @property
