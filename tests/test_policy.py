@@ -170,6 +170,34 @@ def test_a_value_rebuilt_without_redis_is_kept_for_the_next_callers_unless_redis
         assert policy.keeps_alone(RedisUnavailableError("down", code=code))
 
 
+def test_a_refusal_of_writes_is_warned_of_once_an_interval_not_once_a_call(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Redis full: every read of a missing key rebuilds without the lease.
+    policy._refusals.clear()
+    full = RedisUnavailableError("OOM command not allowed", code="OOM")
+    with caplog.at_level("DEBUG", logger="stampede"):
+        for _ in range(100):
+            policy.on_redis_failure("k", full, stale=False, options=Options(), emit=events_into([]))
+        warned = [record for record in caplog.records if record.levelname == "WARNING"]
+        assert len(warned) == 1
+        assert len(caplog.records) == 100  # the others at debug
+        policy._refusals["OOM"][0] -= policy.REFUSAL_WARNING_INTERVAL  # the interval has passed
+        caplog.clear()
+        policy.on_redis_failure("k", full, stale=False, options=Options(), emit=events_into([]))
+    (again,) = caplog.records
+    assert again.levelname == "WARNING"
+    assert "99 more like it" in again.getMessage()
+    # An outage is not a refusal: each call is warned of (until its breaker opens).
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="stampede"):
+        for _ in range(3):
+            policy.on_redis_failure(
+                "k", RedisUnavailableError("down"), stale=True, options=Options(), emit=events_into([])
+            )
+    assert len(caplog.records) == 3
+
+
 @pytest.mark.parametrize(("call", "answer"), sorted(policy.FAILED_OPEN_ANSWERS.items()))
 def test_a_plain_call_redis_failed_answers_as_an_empty_cache_under_fail_open(call: str, answer: Any) -> None:
     error = RedisUnavailableError("down", code="CONNECTION")

@@ -27,7 +27,7 @@ answer:
 from __future__ import annotations
 
 import enum
-import logging
+import time
 from collections.abc import Callable, Generator
 from typing import Any, NamedTuple
 
@@ -46,6 +46,7 @@ __all__ = [
     "OWED_RETRY",
     "REBUILD_FIRST_PAUSE",
     "REBUILD_LONGEST_PAUSE",
+    "REFUSAL_WARNING_INTERVAL",
     "REFUSED_WRITES",
     "Failover",
     "Fallback",
@@ -99,10 +100,39 @@ def _named(name: str | None) -> str:
     return "a batch" if name is None else repr(name)
 
 
+#: Seconds between two warnings of a refusal of writes (``OOM``...) by a Redis
+#: that answers: one per call would flood the logs of a busy site while
+#: Redis is full; the others of the interval are debug lines, and counted.
+REFUSAL_WARNING_INTERVAL = 10.0
+#: By refusal code: when it was last warned of (monotonic), and how many
+#: since went to debug.
+_refusals: dict[str, list[float]] = {}
+
+
 def _log(error: RedisUnavailableError, message: str, *args: object) -> None:
     """A warning per call while Redis fails; a debug line once its breaker
-    is open (the breaker's opening was logged once, as a warning)."""
-    logger.log(logging.DEBUG if error.skipped else logging.WARNING, message, *args)
+    is open (the breaker's opening was logged once, as a warning). A write
+    Redis refuses (it answers: no breaker opens) is warned of once per
+    :data:`REFUSAL_WARNING_INTERVAL`, with how many went unwarned since."""
+    if error.skipped:
+        logger.debug(message, *args)
+        return
+    if error.code not in REFUSED_WRITES:
+        logger.warning(message, *args)
+        return
+    now = time.monotonic()
+    last = _refusals.setdefault(error.code, [-REFUSAL_WARNING_INTERVAL, 0.0])
+    if now - last[0] < REFUSAL_WARNING_INTERVAL:
+        last[1] += 1
+        logger.debug(message, *args)
+        return
+    quiet, last[0], last[1] = int(last[1]), now, 0.0
+    more = (
+        f" ({quiet} more like it in the last {REFUSAL_WARNING_INTERVAL:g} s, logged at debug)"
+        if quiet
+        else ""
+    )
+    logger.warning(message + more, *args)
 
 
 def on_redis_failure(
