@@ -14,7 +14,8 @@ write and invalidate while a filler makes Redis evict, every read checked
 against the versions of a database (values served as fresh after an
 invalidation, deletion or replacement, values served at all after a
 deletion), and the same without writes, counting rebuilds of one key at once
-and within one ``ttl``.
+and within one ``ttl`` (all of them, and those with nothing the key's value
+needs evicted between them: its value, its tag's or the namespace's state).
 """
 
 from __future__ import annotations
@@ -250,6 +251,7 @@ def checked_section(seconds: float, policies: Sequence[str]) -> Section:
                 str(reads_only.rebuilds),
                 str(reads_only.most_at_once),
                 str(reads_only.most_in_a_window),
+                str(reads_only.most_in_a_kept_window),
             ]
         )
     table = Table(
@@ -264,14 +266,17 @@ def checked_section(seconds: float, policies: Sequence[str]) -> Section:
             "reads only: rebuilds",
             "most of a key at once",
             "most of a key within one ttl",
+            "... with nothing it needs evicted between them",
         ],
         rows,
-        "lrrlrrrrrr",
+        "lrrlrrrrrrr",
     )
     s = _evicting.Scenario(seconds=seconds)
     intro = (
-        f"`bench.faults._evicting`, {seconds:g} s per policy and case: {s.instances} instances x "
-        f"{s.readers} readers, {s.keys} keys in {s.tags} tags, ttl {s.ttl:g} s, stale {s.stale_ttl:g} s, "
+        f"`bench.faults._evicting`, {seconds:g} s per policy and case: {s.instances} blocking instances x "
+        f"{s.readers} threads and an asyncio instance of {s.async_readers} tasks (get, get_or_rebuild, "
+        f"get_or_rebuild_many, read and commit), {s.keys} keys in {s.tags} tags, ttl {s.ttl:g} s, "
+        f"stale {s.stale_ttl:g} s, "
         f"rebuilds {s.rebuild_seconds * 1000:g} ms, values {s.value_bytes} bytes, `maxmemory {s.maxmemory}`, "
         f"a filler writing {s.filler_rate:g} keys of {s.filler_bytes} bytes a second; with writes: "
         f"{s.writers} writers, one write each {s.write_every * 1000:g} ms."
