@@ -484,13 +484,15 @@ class Flow:
             self.superseded = True
             newer = (yield from self._judged(outcome.current)) if isinstance(outcome, Refused) else None
             return policy.on_refused_commit(name, rebuilt.value, newer, self.emit), None
-        # Its caller asked before any change the rebuild overlapped. Those of
-        # this process who came since (followers) may have come after an
-        # invalidation of its tags by another process: if one is seen now,
-        # they read again rather than share what it stored.
-        stored = yield from self._judged(data)
-        if stored is None or not stored.is_fresh(self.clock.time()):
-            self.superseded = True
+        if self.take_over:
+            # Its caller asked before any change the rebuild overlapped. Those
+            # of this process who came since (a get_or_rebuild's followers;
+            # a read's wait through Redis, judged on their own) may have come
+            # after an invalidation of its tags by another process: if one is
+            # seen now, they read again rather than share what it stored.
+            stored = yield from self._judged(data)
+            if stored is None or not stored.is_fresh(self.clock.time()):
+                self.superseded = True
         return rebuilt.value, None
 
     def _encode(self, rebuilt: Rebuilt) -> bytes:
