@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stampede import EventKind, WaitTimeoutError
+from stampede import EventKind, RedisUnavailableError, WaitTimeoutError
 from stampede._core.lease import Read
 from stampede._core.ops import (
     Acquire,
@@ -90,6 +90,28 @@ def test_a_follower_that_joins_after_the_leaders_last_question_to_redis_reads_ag
         leader.send(True)
     assert stop.value.value == "built"
     assert isinstance(follower.send(True), FirstRead)  # not the leader's outcome
+
+
+def test_followers_share_a_rebuild_without_the_lease_however_late_they_join() -> None:
+    # Redis full (noeviction) refuses the lease: the leader rebuilds alone,
+    # and nothing could vouch for a reread; the process's callers share it.
+    clock = FakeClock()
+    calls = calls_with(clock)
+    keys = calls.settings.keys("k")
+    leader = calls.get_or_rebuild(keys, calls.settings.options, Lookup(None), (), can_wait=True)
+    assert isinstance(leader.send(None), Acquire)
+    freed = leader.throw(RedisUnavailableError("OOM command not allowed", code="OOM"))
+    assert isinstance(freed, Release)  # a lease granted unseen, freed in the background
+    assert leader.send(None) == Rebuild(None)
+    clock.advance(0.01)
+    follower = calls.get_or_rebuild(keys, calls.settings.options, Lookup(None), (), can_wait=True)
+    assert isinstance(follower.send(None), AwaitFlight)
+    with pytest.raises(StopIteration) as led:
+        leader.send(Rebuilt("built alone", None, 0.1))
+    assert led.value.value == "built alone"
+    with pytest.raises(StopIteration) as followed:
+        follower.send(True)
+    assert followed.value.value == "built alone"  # one rebuild for the process's callers
 
 
 def test_a_follower_with_a_stale_value_in_hand_is_served_it_at_once() -> None:

@@ -197,11 +197,19 @@ class Calls:
         the first time only, for a leader whose later questions concern part
         of what it shares (a batch: its commits, its waits for some keys). A
         rebuild is no question to Redis: callers who join while it runs
-        share it."""
+        share it if a question follows (its commit); one without a lease,
+        after which none does, is shared by all who join."""
         monotonic = self.settings.clock.monotonic
 
         def asked(op: Op) -> Op:
-            if not isinstance(op, (Rebuild, RebuildMany)) and not (first and flight.asked_at > -inf):
+            if isinstance(op, (Rebuild, RebuildMany)):
+                if not (op.token if isinstance(op, Rebuild) else op.leases):
+                    # Rebuilt without a lease (Redis away, or full): nothing
+                    # will vouch for it and nothing better is to be had, so
+                    # whoever joins while it runs shares it (single flight
+                    # without Redis).
+                    flight.asked_at = inf
+            elif not (first and flight.asked_at > -inf):
                 flight.asked_at = monotonic()
             return op
 
