@@ -26,7 +26,7 @@ import random
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -235,6 +235,50 @@ class _Rebuilds:
         return most
 
 
+class _Inline:
+    """A blocking instance's methods as coroutines that run them there and
+    then, never suspending: the one reader loop drives both flavours, run by
+    :func:`_inline` with no event loop on the thread (a blocking call made on
+    a loop's thread would not wait for another's rebuild)."""
+
+    def __init__(self, sf: stampede.Stampede) -> None:
+        self._sf = sf
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._sf, name)
+
+        async def inline(*args: Any, **kwargs: Any) -> Any:
+            return method(*args, **kwargs)
+
+        return inline
+
+    async def computed(self, function: Callable[[], Any]) -> Any:
+        return function()
+
+
+class _OnLoop:
+    """An asyncio instance, with :meth:`computed` off the loop."""
+
+    def __init__(self, sf: stampede.asyncio.Stampede) -> None:
+        self._sf = sf
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sf, name)
+
+    async def computed(self, function: Callable[[], Any]) -> Any:
+        return await asyncio.to_thread(function)
+
+
+def _inline(steps: Coroutine[Any, Any, None]) -> None:
+    """Run a coroutine whose awaits all complete at once (see :class:`_Inline`)."""
+    try:
+        steps.send(None)
+    except StopIteration:
+        return
+    steps.close()
+    raise RuntimeError("a reader on a blocking instance suspended")
+
+
 def kind_of(name: bytes, namespace: str = NAMESPACE) -> str:
     """What a key of Redis is to ``namespace``: a value, a lease, a tag's or the namespace's
     state, or someone else's key (``filler``)."""
@@ -339,33 +383,9 @@ class Evicting:
     def rebuild_many(self, keys: list[str]) -> dict[str, tuple[Any, ...]]:
         return {key: self.rebuild(key)() for key in keys}
 
-    def reader(self, sf: stampede.Stampede, seed: int) -> None:
-        rng = random.Random(seed)
-        while not self.stop.is_set():
-            kind, keys, tag = self.plan(rng)
-            rules = {key: self.rules.now(key, tag) for key in keys}
-            key = keys[0]
-            try:
-                if kind == "get":
-                    entry = sf.get(key)
-                    if entry is not None:
-                        self.served(key, entry.value, rules[key], kind, fresh=entry.is_fresh(), cached=True)
-                elif kind == "rebuild":
-                    self.served(key, sf.get_or_rebuild(key, self.rebuild(key), tags=[tag]), rules[key], kind)
-                elif kind == "batch":
-                    for name, value in sf.get_or_rebuild_many(keys, self.rebuild_many, tags=[tag]).items():
-                        self.served(name, value, rules[name], kind)
-                else:
-                    read = sf.read(key, tags=[tag])
-                    if read.found:
-                        self.served(key, read.value, rules[key], kind)
-                    elif read.lease is not None:
-                        sf.commit(read.lease, self.rebuild(key)(), store_if_lapsed=rng.random() < 0.5)
-            except stampede.StampedeError as exc:
-                self.failed(exc)
-
-    async def async_reader(self, sf: stampede.asyncio.Stampede, seed: int) -> None:
-        """:meth:`reader` on an asyncio instance."""
+    async def reader(self, sf: Any, seed: int) -> None:
+        """One reader's loop: on an asyncio instance (:class:`_OnLoop`), or on
+        a blocking one (:class:`_Inline`, each call blocking its thread)."""
         rng = random.Random(seed)
         while not self.stop.is_set():
             kind, keys, tag = self.plan(rng)
@@ -389,7 +409,7 @@ class Evicting:
                     if read.found:
                         self.served(key, read.value, rules[key], kind)
                     elif read.lease is not None:
-                        value = await asyncio.to_thread(self.rebuild(key))
+                        value = await sf.computed(self.rebuild(key))
                         await sf.commit(read.lease, value, store_if_lapsed=rng.random() < 0.5)
             except stampede.StampedeError as exc:
                 self.failed(exc)
@@ -407,7 +427,7 @@ class Evicting:
                 lease_ttl=s.lease_ttl,
                 tag_check_interval=s.tag_check_interval,
             ) as sf:
-                await asyncio.gather(*(self.async_reader(sf, 50_000 + i) for i in range(s.async_readers)))
+                await asyncio.gather(*(self.reader(_OnLoop(sf), 50_000 + i) for i in range(s.async_readers)))
         finally:
             await client.aclose()
 
@@ -553,7 +573,9 @@ class Evicting:
                 )
             for i, sf in enumerate(self.instances):
                 threads += [
-                    threading.Thread(target=self.reader, args=(sf, i * 100 + t), daemon=True)
+                    threading.Thread(
+                        target=_inline, args=(self.reader(_Inline(sf), i * 100 + t),), daemon=True
+                    )
                     for t in range(s.readers)
                 ]
                 if i < s.writers:
