@@ -188,3 +188,23 @@ def test_python_m_stampede_is_the_command(redis_url: str, namespace: str) -> Non
     )
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith("k: missing (no value)")
+
+
+@pytest.mark.slow
+def test_on_a_cluster_inspect_reads_each_key_where_it_lives_and_stats_scans_every_primary(
+    cluster: Any, namespace: str
+) -> None:
+    with stampede.Stampede.from_url(cluster.url, namespace=namespace) as sf:
+        for n in range(30):  # spread over the three primaries' slots
+            sf.set(f"k{n}", n, ttl=600, tags=[f"t{n % 4}"])
+        sf.invalidate_tags("t1")
+        base = ("--url", cluster.url, "--namespace", namespace, "--json")
+        status, out = run(*base, "stats")
+        assert status == 0
+        found = json.loads(out)
+        assert (found["entries"], found["tag_states"], found["namespace_state"]) == (30, 4, 1)
+        status, out = run(*base, "inspect", "k1", "k2")
+        assert status == 0
+        k1, k2 = json.loads(out)
+        assert (k1["status"], k1["because"]) == ("stale", "invalidated by tag 't1'")
+        assert (k2["status"], k2["format"]) == ("fresh", "int")
