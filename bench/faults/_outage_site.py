@@ -1,5 +1,6 @@
-"""The outage benchmark's site: the Django page (``bench.load._apps.outage_django``) under a real
-WSGI server, read by a crowd of keep-alive clients while its Redis goes away and comes back.
+"""The outage benchmark's sites: the Django page (``bench.load._apps.outage_django``) or the Flask
+one (``outage_flask``), by the cache, under a real WSGI server, read by a crowd of keep-alive
+clients while its Redis goes away (or slows, or fills) and comes back.
 
 One run (:func:`serve_through`) is one cache and one fault, on a fresh redis-server and a fresh
 server process: the page is rendered once, the clients read it in a loop, and after a second's
@@ -21,7 +22,7 @@ from stampede.testing import RedisServer
 from support.app_servers import SERVERS, Server
 
 from ..load._apps import app_server
-from ..load._apps.outage_config import AppConfig, CacheName
+from ..load._apps.outage_config import FLASK_CACHES, AppConfig, CacheName
 from ..load._timeline import Timeline
 from ._outages import Boundaries, Fault, Plan, Sample, inflict, reach
 
@@ -145,11 +146,12 @@ def serve_through(
             socket_timeout=socket_timeout,
             timeline=workdir,
         )
+        site = "flask" if cache in FLASK_CACHES else "django"
         with app_server(
-            "outage_django:wsgi",
+            f"outage_{site}:wsgi",
             server,
             env=config.to_env(),
-            name=f"outage django on {cache} ({server.described})",
+            name=f"outage {site} on {cache} ({server.described})",
             workdir=workdir,
         ) as running:
             status, _ = running.get(PATH)  # rendered once, and cached, before the crowd comes

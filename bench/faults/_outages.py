@@ -1,5 +1,6 @@
 """The outage benchmark's faults and phases: Redis up, then away (killed, or frozen as behind a
-firewall that drops packets) or slow (every reply held back), then back; when each phase began;
+firewall that drops packets), slow (every reply held back) or full (out of memory, refusing
+writes), then back; when each phase began;
 and what the callers' samples say of each phase.
 
 Everything is timed by the wall clock (``time.time()``) where a moment is compared across
@@ -15,6 +16,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import redis
 
 from stampede.testing import RedisServer
 from support.proxies import LagProxy
@@ -36,8 +39,8 @@ __all__ = [
     "tally",
 ]
 
-Fault = Literal["kill", "blackhole", "slow"]
-FAULTS: tuple[Fault, ...] = ("kill", "blackhole", "slow")
+Fault = Literal["kill", "blackhole", "slow", "full"]
+FAULTS: tuple[Fault, ...] = ("kill", "blackhole", "slow", "full")
 Phase = Literal["up", "fault", "back"]
 PHASES: tuple[Phase, ...] = ("up", "fault", "back")
 
@@ -46,6 +49,11 @@ DOING: dict[Fault, str] = {
     "kill": "redis-server killed (connections refused), then started again empty on its port",
     "blackhole": "redis-server frozen by SIGSTOP (connections made, nothing answered), then SIGCONT",
     "slow": "every reply of redis-server held back 300 ms by a proxy on the way (requests go at once)",
+    "full": (
+        "redis-server emptied (`FLUSHALL`: every key gone, as if expired) and made full "
+        "(`maxmemory` 1 byte under `noeviction`: every write refused with `OOM`, reads served), "
+        "then given its memory back"
+    ),
 }
 #: Seconds the ``slow`` fault holds each reply back.
 SLOW_LAG = 0.3
@@ -129,12 +137,16 @@ def inflict(
         if proxy is None:
             raise ValueError("the slow fault needs the proxy of reach()")
         proxy.lag = SLOW_LAG
+    elif fault == "full":
+        _fill(server, maxmemory=1)
     else:
         server.stop() if fault == "kill" else server.pause()
-    log(f"  {fault}: Redis {'slow' if fault == 'slow' else 'away'} for {plan.fault:g} s")
+    log(f"  {fault}: Redis {fault if fault in ('slow', 'full') else 'away'} for {plan.fault:g} s")
     _sleep_until(away + plan.fault)
     if proxy is not None:
         proxy.lag = 0.0
+    elif fault == "full":
+        _fill(server, maxmemory=0)
     elif fault == "kill":
         server.start()
     else:
@@ -143,6 +155,16 @@ def inflict(
     log(f"  {fault}: Redis back")
     _sleep_until(back + plan.back)
     return Boundaries(up, away, back, time.time())
+
+
+def _fill(server: RedisServer, *, maxmemory: int) -> None:
+    """Make ``server`` full (``maxmemory`` 1: every write refused, after emptying it) or give it
+    its memory back (``0``: no limit)."""
+    with redis.Redis.from_url(server.url) as client:
+        if maxmemory:
+            client.flushall()
+            client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", maxmemory)
 
 
 @dataclass(frozen=True)

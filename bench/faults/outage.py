@@ -1,17 +1,23 @@
 """``python -m bench outage``: what callers see while Redis goes away and comes back, stampede
 beside its stock peers.
 
-Three faults, each in three phases (5 s up, 10 s away, 5 s back): ``kill`` stops the
+Four faults, each in three phases (5 s up, 10 s of fault, 5 s back): ``kill`` stops the
 redis-server (connections refused) and starts it again, empty, on its port; ``blackhole`` freezes
 it with SIGSTOP (connections are made, nothing answers: a firewall dropping packets, a hung host)
 and thaws it with SIGCONT; ``slow`` holds every reply back 300 ms in a proxy on the way (a busy
-server, a saturated link), then lets them through at once again. Every cache is given a socket
-timeout and a connect timeout of 1 s, its own way, and a fresh redis-server per run.
+server, a saturated link), then lets them through at once again; ``full`` empties it and sets
+``maxmemory`` to 1 byte under ``noeviction`` (every write refused with ``OOM``, every key to be
+made again), then lifts the limit. Every cache is given a socket timeout and a connect timeout of
+1 s, its own way, and a fresh redis-server per run.
 
-- The site: a Django view under Django's own ``cache_page`` (a render of 0.2 s, counted in a
-  file) served by gunicorn gthread (else waitress) in a process of its own, read by 30 client
-  threads on keep-alive connections, on Django's ``RedisCache`` (which raises when Redis is
-  away), django-redis with ``IGNORE_EXCEPTIONS`` and ``StampedeCache`` with ``FAIL_OPEN``.
+- The sites: a Django view under Django's own ``cache_page``, and a Flask view under the cache's
+  own decorator (a render of 0.2 s, counted in a file), served by gunicorn gthread (else
+  waitress) in a process of their own, read by 30 client threads on keep-alive connections. On
+  Django: Django's ``RedisCache`` (which raises when Redis is away), django-redis with
+  ``IGNORE_EXCEPTIONS`` and ``StampedeCache`` with ``FAIL_OPEN``; on Flask: Flask-Caching's
+  ``@cache.cached`` on its own ``RedisCache`` (its decorators log a backend's errors and render)
+  and on ``flask_stampede.StampedeCache`` with ``fail_open``, and ``flask_stampede``'s
+  ``@stampede.cached`` with ``STAMPEDE_FAIL_OPEN``.
 - The core: no web server; 16 threads call ``get_or_rebuild`` on 20 keys (a rebuild of 10 ms)
   through stampede's ``Stampede`` with ``fail_open=True``, beside dogpile.cache's
   ``get_or_create`` on its Redis backend.
@@ -19,8 +25,8 @@ timeout and a connect timeout of 1 s, its own way, and a fresh redis-server per 
 Per cache, fault and phase: the requests (or calls) counted in it, those answered other than 200
 and those that got no answer (or raised), their median, slowest 1% and slowest time, and the
 renders (rebuilds) begun per second. A request is counted in the fault's phase if it was under
-way at any moment Redis was away (begun before it came back, ended after it went), else in the
-phase it began in. A peer that is not installed is left out with a note.
+way at any moment of the fault (begun before Redis came back, ended after the fault began),
+else in the phase it began in. A peer that is not installed is left out with a note.
 """
 
 from __future__ import annotations
@@ -31,12 +37,12 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from support.app_servers import AppServerError
+from support.app_servers import AppServerError, Server
 
 from .._common import servers
 from .._common.installed import importable
 from .._common.report import Section, Table, environment_line, progress, render_section
-from ..load._apps.outage_config import CACHES, CacheName
+from ..load._apps.outage_config import CACHES, FLASK_CACHES, CacheName
 from ._outage_core import CORE_PEERS, CorePeer, call_through
 from ._outage_site import PATIENCE, WARMUP, serve_through, site_server
 from ._outages import DOING, FAULTS, PHASES, Fault, Phase, Plan, Tally, tally
@@ -62,14 +68,20 @@ LABELS: dict[CacheName, str] = {
     "django": "Django `RedisCache`",
     "django-redis": "django-redis, `IGNORE_EXCEPTIONS`",
     "stampede": "`StampedeCache`, `FAIL_OPEN`",
+    "flask-caching": "Flask-Caching `RedisCache`",
+    "flask-caching-stampede": "Flask-Caching on `flask_stampede.StampedeCache`, `fail_open`",
+    "flask-stampede": "`flask_stampede` `@stampede.cached`, `STAMPEDE_FAIL_OPEN`",
 }
 #: The module each cache needs, besides Django.
 MODULES: dict[CacheName, str] = {
     "django": "django",
     "django-redis": "django_redis",
     "stampede": "django_stampede",
+    "flask-caching": "flask_caching",
+    "flask-caching-stampede": "flask_caching",
+    "flask-stampede": "flask_stampede",
 }
-DISTRIBUTIONS = ("Django", "django-redis", "dogpile.cache", "redis")
+DISTRIBUTIONS = ("Django", "django-redis", "Flask", "Flask-Caching", "dogpile.cache", "redis")
 
 
 def _versions() -> str:
@@ -86,65 +98,90 @@ def _versions() -> str:
 
 
 def site(plan: Plan, caches: Sequence[CacheName], faults: Sequence[Fault], log: Log) -> list[Section]:
-    """One section per fault: every cache's site through it, phase by phase."""
-    if not importable("django"):
-        log("outage site: skipped, Django is not installed")
-        return []
+    """One section per fault and framework: every cache's site through it, phase by phase."""
     server = site_server(CLIENTS)
     if server is None:
         log("outage site: skipped, neither gunicorn nor waitress is installed")
         return []
-    notes: list[str] = []
-    present: list[CacheName] = []
-    for cache in caches:
-        if importable(MODULES[cache]):
-            present.append(cache)
-        else:
-            notes.append(f"{LABELS[cache]}: `{MODULES[cache]}` is not installed; its rows are left out.")
     sections = []
-    for fault in faults:
-        rows: list[list[str]] = []
-        fault_notes = list(notes)
-        for cache in present:
-            log(f"outage site, {fault}, {cache}: running")
-            try:
-                ran = serve_through(
-                    cache,
-                    fault,
-                    plan,
-                    server=server,
-                    clients=CLIENTS,
-                    render_seconds=RENDER_SECONDS,
-                    socket_timeout=SOCKET_TIMEOUT,
-                    log=log,
-                )
-            except (AppServerError, RuntimeError) as exc:
-                log(f"outage site, {fault}, {cache}: {exc}")
-                rows.append([LABELS[cache], f"failed: {str(exc).splitlines()[0]}", *([""] * 7)])
-                continue
-            phases = tally(ran.samples, ran.renders, ran.bounds)
-            log(f"outage site, {fault}, {cache}: {_describe(phases)}")
-            rows += [_site_row(LABELS[cache], phase, phases[phase]) for phase in PHASES]
-            fault_notes += _outcome_notes(LABELS[cache], phases, http=True)
-            if ran.server_errors:
-                shown = ", ".join(f"{count} x {name}" for name, count in ran.server_errors.most_common(3))
-                fault_notes.append(f"{LABELS[cache]}: the server logged {shown}.")
-        headers = ["cache", "phase", "answered", "non-200", "no answer", "p50", "p99", "max", "renders/s"]
-        intro = (
-            f"A sync Django view under Django's `cache_page` (a render of {RENDER_SECONDS * 1000:.0f} ms, "
-            f"no expiry within the run), {server.described}; {CLIENTS} client threads, each on a "
-            f"keep-alive connection, ask for it one request after another (a client waits "
-            f"{PATIENCE:g} s for an answer). Fault: {DOING[fault]}. {_phases(plan, WARMUP)} A request "
-            "under way at any moment Redis was away (or slow) is counted in the fault's phase, any "
-            "other in the phase it began in; its time runs from sent to answered (or failed). Renders/s: the "
-            "renders begun in the phase over its length. Socket and connect timeouts "
-            f"{SOCKET_TIMEOUT:g} s for every cache; each on a fresh redis-server and a fresh server. "
-            f"{_versions()}."
-        )
-        table = Table(headers, rows, "ll" + "r" * (len(headers) - 2))
-        title = f"{_fault_title(fault)}: a cached Django page under {server.name}"
-        sections.append(Section(title, intro, table, fault_notes))
+    for framework in FRAMEWORKS:
+        ours = [cache for cache in caches if (cache in FLASK_CACHES) == (framework == "Flask")]
+        if not ours:
+            continue
+        if not importable(framework.lower()):
+            log(f"outage site: {framework} skipped, it is not installed")
+            continue
+        notes: list[str] = []
+        present: list[CacheName] = []
+        for cache in ours:
+            if importable(MODULES[cache]):
+                present.append(cache)
+            else:
+                notes.append(f"{LABELS[cache]}: `{MODULES[cache]}` is not installed; its rows are left out.")
+        sections += [_site_section(framework, fault, plan, server, present, notes, log) for fault in faults]
     return sections
+
+
+#: The sites, each a section per fault.
+FRAMEWORKS = ("Django", "Flask")
+#: How each site's page is cached, for the sections' introductions.
+CACHED_BY = {
+    "Django": "A sync Django view under Django's `cache_page`",
+    "Flask": "A Flask view under the cache's own decorator (Flask-Caching's `@cache.cached`, "
+    "`flask_stampede`'s `@stampede.cached`)",
+}
+
+
+def _site_section(
+    framework: str,
+    fault: Fault,
+    plan: Plan,
+    server: Server,
+    present: Sequence[CacheName],
+    notes: Sequence[str],
+    log: Log,
+) -> Section:
+    rows: list[list[str]] = []
+    fault_notes = list(notes)
+    for cache in present:
+        log(f"outage site, {fault}, {cache}: running")
+        try:
+            ran = serve_through(
+                cache,
+                fault,
+                plan,
+                server=server,
+                clients=CLIENTS,
+                render_seconds=RENDER_SECONDS,
+                socket_timeout=SOCKET_TIMEOUT,
+                log=log,
+            )
+        except (AppServerError, RuntimeError) as exc:
+            log(f"outage site, {fault}, {cache}: {exc}")
+            rows.append([LABELS[cache], f"failed: {str(exc).splitlines()[0]}", *([""] * 7)])
+            continue
+        phases = tally(ran.samples, ran.renders, ran.bounds)
+        log(f"outage site, {fault}, {cache}: {_describe(phases)}")
+        rows += [_site_row(LABELS[cache], phase, phases[phase]) for phase in PHASES]
+        fault_notes += _outcome_notes(LABELS[cache], phases, http=True)
+        if ran.server_errors:
+            shown = ", ".join(f"{count} x {name}" for name, count in ran.server_errors.most_common(3))
+            fault_notes.append(f"{LABELS[cache]}: the server logged {shown}.")
+    headers = ["cache", "phase", "answered", "non-200", "no answer", "p50", "p99", "max", "renders/s"]
+    intro = (
+        f"{CACHED_BY[framework]} (a render of {RENDER_SECONDS * 1000:.0f} ms, "
+        f"no expiry within the run), {server.described}; {CLIENTS} client threads, each on a "
+        f"keep-alive connection, ask for it one request after another (a client waits "
+        f"{PATIENCE:g} s for an answer). Fault: {DOING[fault]}. {_phases(plan, WARMUP)} A request "
+        "under way at any moment of the fault is counted in the fault's phase, any "
+        "other in the phase it began in; its time runs from sent to answered (or failed). Renders/s: the "
+        "renders begun in the phase over its length. Socket and connect timeouts "
+        f"{SOCKET_TIMEOUT:g} s for every cache; each on a fresh redis-server and a fresh server. "
+        f"{_versions()}."
+    )
+    table = Table(headers, rows, "ll" + "r" * (len(headers) - 2))
+    title = f"{_fault_title(fault)}: a cached {framework} page under {server.name}"
+    return Section(title, intro, table, fault_notes)
 
 
 def _site_row(label: str, phase: Phase, counted: Tally) -> list[str]:
@@ -200,7 +237,7 @@ def core(plan: Plan, peers: Sequence[CorePeer], faults: Sequence[Fault], log: Lo
             f"{KEYS} keys in turn (a rebuild of {REBUILD_SECONDS * 1000:.0f} ms; every key cached "
             f"before the start, fresh for the whole run). Fault: {DOING[fault]}. "
             f"{_phases(plan, CORE_WARMUP)} "
-            "A call under way at any moment Redis was away (or slow) is counted in the fault's "
+            "A call under way at any moment of the fault is counted in the fault's "
             "phase, any other in the phase it began in; errors: calls that raised; rebuilds/s: the "
             "rebuilds begun in the phase over its length. Socket and connect timeouts "
             f"{SOCKET_TIMEOUT:g} s; each cache on a fresh redis-server. {_versions()}."
@@ -227,7 +264,11 @@ def _core_row(label: str, phase: Phase, counted: Tally) -> list[str]:
 
 
 def _fault_title(fault: Fault) -> str:
-    return "Redis slow (+300 ms a reply)" if fault == "slow" else f"Redis away ({fault})"
+    if fault == "slow":
+        return "Redis slow (+300 ms a reply)"
+    if fault == "full":
+        return "Redis full (`OOM`, emptied)"
+    return f"Redis away ({fault})"
 
 
 def _phases(plan: Plan, warmup: float) -> str:
@@ -293,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="halve the three durations")
     parser.add_argument("--part", action="append", choices=PARTS, help="site or core (repeatable)")
     parser.add_argument(
-        "--fault", action="append", choices=FAULTS, help="kill, blackhole or slow (repeatable)"
+        "--fault", action="append", choices=FAULTS, help="kill, blackhole, slow or full (repeatable)"
     )
     parser.add_argument("--cache", action="append", choices=CACHES, help="the site's caches (repeatable)")
     args = parser.parse_args(argv)
