@@ -23,28 +23,30 @@ def breaker() -> tuple[Breaker, FakeClock, list[bool]]:
     return made, clock, changes
 
 
-def test_closed_it_admits_every_call_and_a_success_costs_nothing() -> None:
+def test_closed_it_sends_no_probe_and_a_success_costs_nothing() -> None:
     made, _, changes = breaker()
-    assert all(made.admits() for _ in range(100))
+    assert not made.tripped
+    assert not any(made.probe_due() for _ in range(100))
     made.succeeded()
     assert changes == []
     assert made.retry_in() == 0
 
 
-def test_a_failure_opens_it_then_one_probe_at_a_time_goes_after_the_pause() -> None:
+def test_a_failure_opens_it_then_one_probe_at_a_time_is_due_after_the_pause() -> None:
     made, clock, changes = breaker()
     made.failed(DOWN)
     assert changes == [True]
     assert made.tripped
     assert made.error is DOWN
-    assert not made.admits()
+    assert not made.probe_due()
     assert FIRST_PAUSE * (1 - JITTER) <= made.retry_in() <= FIRST_PAUSE * (1 + JITTER)
     clock.advance(FIRST_PAUSE * (1 + JITTER))
-    assert made.admits()  # the probe
-    assert not made.admits()  # the others wait for it
+    assert made.probe_due()  # the caller told has the probe sent
+    assert not made.probe_due()  # one at a time
+    assert made.tripped  # every call is still refused meanwhile
     made.succeeded()
     assert changes == [True, False]
-    assert made.admits()
+    assert not made.tripped
 
 
 def test_failures_of_calls_sent_before_it_opened_do_not_lengthen_the_pause() -> None:
@@ -63,7 +65,7 @@ def test_each_failed_probe_doubles_the_pause_up_to_the_longest() -> None:
     pauses = []
     for _ in range(10):
         clock.advance(made.retry_in())
-        assert made.admits()
+        assert made.probe_due()
         made.failed(DOWN)
         pauses.append(made.retry_in())
     assert pauses[0] > FIRST_PAUSE * (1 + JITTER)  # doubled, whatever the jitter
@@ -76,10 +78,10 @@ def test_a_probe_that_never_reports_is_replaced_after_another_pause() -> None:
     made, clock, _ = breaker()
     made.failed(DOWN)
     clock.advance(made.retry_in())
-    assert made.admits()  # a probe whose caller was cancelled: it never reports
-    assert not made.admits()
+    assert made.probe_due()  # a probe that never reports (a task cancelled with its loop)
+    assert not made.probe_due()
     clock.advance(FIRST_PAUSE)
-    assert made.admits()
+    assert made.probe_due()
 
 
 @pytest.mark.parametrize(

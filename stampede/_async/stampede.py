@@ -468,6 +468,7 @@ class Stampede(AsyncLeases, AsyncOperations):
             logger.warning("closed with %d removal(s) that Redis never took (fail_open)", lost)
         if self._payer is not None:
             self._payer.stop(0)
+        self._server.stop_probes()
         if self._near is not None:
             self._subscriber.untrack(self._near)
             self._subscriber.untrack(self._settings.tags)

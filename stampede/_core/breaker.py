@@ -1,10 +1,12 @@
 """The circuit breaker of one Redis server in one process: after a call found
 the server unreachable, the calls that follow skip it for a short, growing,
-jittered pause, during which one call at a time (a probe) tries it again.
+jittered pause, after which one probe at a time tries it again, sent by the
+instance beside its callers, never by a caller.
 
 A Redis that is down, refusing connections or dropping packets then costs a
-request about nothing, not a connection attempt or a socket timeout each;
-the first call that succeeds closes the breaker. Only an outage opens it (a
+request about nothing, not a connection attempt or a socket timeout each (a
+probe of a server that drops packets waits out a socket timeout: no caller
+waits with it); the probe that succeeds closes the breaker. Only an outage opens it (a
 connection refused, reset or timed out, a server still loading its data):
 a refusal the server answered (``OOM``, ``READONLY``, a wrong password) is
 no sign that the next call will fail, and is left to the caller.
@@ -32,12 +34,12 @@ JITTER = 0.25
 class Breaker:
     """Whether calls may go to one Redis server now.
 
-    Closed, every call goes. After a failure it opens: calls are refused
-    (:meth:`admits` is ``False``) until its pause is over, then one call (the
-    probe) goes while the others are still refused; the probe's success
-    closes it, its failure opens it again for twice as long (at most
-    :data:`LONGEST_PAUSE`). A probe that never reports (its caller was
-    cancelled) is replaced after one more pause.
+    Closed (:attr:`tripped` is ``False``), every call goes. After a failure
+    it opens: every call is refused. Once its pause is over, :meth:`probe_due`
+    says so to one caller, which has the probe sent (beside it, not by it);
+    the probe's success closes it, its failure opens it again for twice as
+    long (at most :data:`LONGEST_PAUSE`). A probe that never reports is
+    replaced after one more pause.
 
     ``on_change(opened, error)``: told when it opens (``True``, with the
     failure) and closes again (``False``), from the thread of the call
@@ -65,17 +67,17 @@ class Breaker:
         self._retry_at = 0.0  # monotonic: when the next probe may go
         self._probe_until = 0.0  # monotonic: a probe out is awaited until then
 
-    def admits(self) -> bool:
-        """Whether a call may go to the server now (closed, or this call is the probe)."""
+    def probe_due(self) -> bool:
+        """Whether a probe should be sent now: the breaker is open, its pause
+        is over and no probe is out (``True`` once per pause: the caller that
+        is told has it sent)."""
         if not self.tripped:
-            return True
+            return False
         now = self._clock.monotonic()
         with self._lock:
-            if not self.tripped:
-                return True
-            if now < self._retry_at or now < self._probe_until:
+            if not self.tripped or now < self._retry_at or now < self._probe_until:
                 return False
-            # This call is the probe; another may go if it never reports.
+            # Another may go if this one never reports.
             self._probe_until = now + self._pause
             return True
 
@@ -86,7 +88,7 @@ class Breaker:
         return max(0.0, self._retry_at - self._clock.monotonic())
 
     def succeeded(self) -> None:
-        """A call reached the server: close (a cheap no-op when closed)."""
+        """The probe reached the server: close (a no-op when closed)."""
         if not self.tripped:
             return
         with self._lock:
@@ -100,7 +102,7 @@ class Breaker:
 
     def failed(self, error: BaseException) -> None:
         """A call found the server unreachable: open, or stay open longer
-        when that call was the probe."""
+        when it was the probe."""
         now = self._clock.monotonic()
         with self._lock:
             opened = not self.tripped

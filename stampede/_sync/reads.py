@@ -107,8 +107,8 @@ class SharedReads:
         for the namespace's state in the same round trip when it was not
         read lately (every entry is judged by it).
         """
-        # While Redis is found unreachable, nobody waits on another's GET (a
-        # probe may hang for a socket timeout): each asks the breaker itself.
+        # While Redis is found unreachable, nobody waits on another's GET (one
+        # sent as it went may hang for a socket timeout): each asks the breaker.
         breaker = self._server.breaker_of(name)
         while not breaker.tripped and (pending := self._pending.get(name)) is not None:
             with self._lock:  # against the read finishing meanwhile
@@ -176,7 +176,7 @@ class SharedReads:
         error: BaseException | None = None
         try:
             try:
-                probe = server.admitted(breaker)
+                server.admitted(breaker, name)
                 reader = server.reader() if server.replicas else server.client
                 states = self._states
                 if store is None and states is not None:
@@ -198,7 +198,6 @@ class SharedReads:
                     self._trip = time.monotonic() - began
                 else:
                     raw = reader.get(name)
-                server.answered(probe, breaker)
             except AttributeError as exc:
                 lost = lost_connection(exc)
                 if lost is None:

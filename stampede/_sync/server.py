@@ -23,6 +23,7 @@ from .._core.keys import Keys
 from .._core.ops import Lookup
 from .._core.settings import Settings
 from .._exceptions import RedisUnavailableError, StampedeError
+from .._primitives import Worker
 from .._protocol import scripts as lua
 from .._protocol.clients import Standbys, is_cluster
 from .._protocol.errors import Skipped, is_outage, lost_connection, translated
@@ -91,6 +92,8 @@ class Server:
         self.breaker = Breaker(settings.clock, functools.partial(self._breaker_changed, None))
         self._trips = not self.fails_over and not replicas
         self._node_breakers: dict[str, Breaker] = {}
+        #: The probe each open breaker has out, if any (see :meth:`admitted`).
+        self._probes: dict[Breaker, Worker[None]] = {}
         self._bulk_limit: int | None = None
         self.scripts = {name: client.register_script(getattr(lua, name.upper())) for name in lua.NAMES}
         # On a cluster whose servers have sharded pub/sub (asked at the first
@@ -131,25 +134,67 @@ class Server:
         node = node_of(self.client, name)
         return node is not None and node == node_of(self.client, other)
 
-    def admitted(self, breaker: Breaker | None = None) -> bool:
-        """Before a command: whether it goes as the probe of ``breaker`` (the
-        instance's by default; ``False``: it is closed); raises
-        :class:`Skipped` while the breaker skips Redis."""
+    def admitted(self, breaker: Breaker | None = None, name: bytes | None = None) -> None:
+        """Before a command (on the key ``name``, if one): raises
+        :class:`Skipped` while ``breaker`` (the instance's by default) skips
+        Redis, having the breaker's probe sent first when one is due."""
         if breaker is None:
             breaker = self.breaker
         if not breaker.tripped:
-            return False
-        if not breaker.admits():
-            raise Skipped(breaker.error, breaker.retry_in())
-        return True
+            return
+        if breaker.probe_due():
+            self._send_probe(breaker, name)
+        raise Skipped(breaker.error, breaker.retry_in())
 
-    def answered(self, probe: bool, breaker: Breaker | None = None) -> None:
-        """A command was answered: ``breaker`` (the instance's by default)
-        closes if it went as the probe. One sent before the breaker opened
-        says nothing of the server now (its reply may have been on the way
-        when the server went), so it leaves it open."""
-        if probe:
-            (breaker or self.breaker).succeeded()
+    def _send_probe(self, breaker: Breaker, name: bytes | None) -> None:
+        """Have ``breaker``'s probe sent beside the callers (a task of the
+        running loop; for the blocking flavour, a daemon thread): against a
+        server that drops packets it waits out a socket timeout, which no
+        caller is to wait with it. One at a time: while one is still out (a
+        client without a socket timeout), the next is not sent."""
+        out = self._probes.get(breaker)
+        if out is not None and not out.done():
+            return
+        try:
+            probe = functools.partial(self._probe, breaker, name)
+            self._probes[breaker] = Worker(probe, "stampede-probe")
+        except RuntimeError:
+            pass  # no loop to run it on: the next caller the breaker tells has it sent
+
+    def stop_probes(self) -> None:
+        """Stop the probes out (when the instance closes): a task is
+        cancelled; a thread ends with its socket timeout, sending nothing more."""
+        probes, self._probes = self._probes, {}
+        for probe in probes.values():
+            probe.stop(0)
+
+    def _probe(self, breaker: Breaker, name: bytes | None) -> None:
+        """Ask Redis whether it answers again; ``breaker`` closes if it does
+        (a refusal is an answer too), and waits longer if not."""
+        failure: BaseException
+        try:
+            if name is None or not self.cluster:
+                self.client.ping()
+            else:
+                # A key of the node's, routed by its slot: a failover found
+                # by its failure has redis-py read the cluster's slots again,
+                # so the next probe asks the node that took the slot over.
+                self.client.exists(name)
+        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
+            failure = exc
+        except AttributeError as exc:
+            lost = lost_connection(exc)
+            if lost is None:
+                raise
+            failure = lost
+        else:
+            breaker.succeeded()
+            return
+        if is_outage(failure):
+            logger.debug("Redis probe failed: %s", failure)
+            breaker.failed(failure)
+        else:
+            breaker.succeeded()
 
     @contextmanager
     def errors(
@@ -165,9 +210,9 @@ class Server:
         failure: Exception
         breaker = self.breaker_of(key)
         try:
-            probe = self.admitted(breaker) if admit else False
+            if admit:
+                self.admitted(breaker, key)
             yield
-            self.answered(probe, breaker)
             return
         except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
             # RedisClusterException is not a RedisError (a cluster that cannot
