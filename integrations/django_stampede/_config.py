@@ -22,6 +22,7 @@ from ._option_names import (
     pool_options_with,
     unknown_option,
 )
+from ._recording_hook import on_event as recording_hook
 from ._signing import signing_keys
 
 __all__ = ["CacheConfig", "options_of"]
@@ -75,6 +76,7 @@ class CacheConfig:
     near_cache: stampede.NearCache | None = None
     tag_check_interval: float = 0.1
     compress_above: int | None = 1024
+    record_calls: bool = False  # for the debug toolbar panel and the cache header (see _recording)
     pool_key: Any = None  # pool_options, hashable: what comparisons use
 
     def __repr__(self) -> str:
@@ -134,6 +136,12 @@ class CacheConfig:
             on_event = stampede.hook_from(raw.get("ON_EVENT"), "OPTIONS['ON_EVENT']")
         except stampede.ConfigurationError as exc:
             raise ImproperlyConfigured(f"django_stampede: {exc}") from exc
+        record_calls = raw.get("RECORD_CALLS", False)
+        if not isinstance(record_calls, bool):
+            raise bad("OPTIONS['RECORD_CALLS']", f"must be True or False, got {record_calls!r}")
+        if record_calls:
+            # Last, after the user's hooks: it only files the event away.
+            on_event = stampede.hook_from([on_event, recording_hook] if on_event else recording_hook)
         servers = servers_of(location)
         if raw.get("SENTINELS") is not None:
             servers = (sentinel_location(servers, raw["SENTINELS"]),)
@@ -149,6 +157,7 @@ class CacheConfig:
             near_cache=_near_cache(raw.get("NEAR_CACHE"), servers),
             tag_check_interval=raw.get("TAG_CHECK_INTERVAL", 0.1),
             compress_above=raw.get("COMPRESS_ABOVE", 1024),
+            record_calls=record_calls,
         )
 
     def core_kwargs(self) -> dict[str, Any]:

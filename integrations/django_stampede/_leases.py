@@ -64,6 +64,7 @@ __all__ = [
     "end_request",
     "fail_request",
     "forget_all",
+    "holdings",
     "holds",
     "lease_scope",
     "scope",
@@ -203,6 +204,21 @@ def holds(config: CacheConfig, key: str) -> bool:
     unit = _unit(create=False)
     held = None if unit is None else unit.scopes.get(config)
     return held is not None and held.holds(sync_core(config), key)
+
+
+def holdings(config: CacheConfig) -> dict[str, tuple[str, Lease]]:
+    """The leases the running unit has for ``config``'s cache, by key: those
+    it holds (``"held"``), and those of header lists whose commit waits for
+    their page (``"deferred"``). Creates no unit: for the record of a
+    request's calls (``_recording``)."""
+    unit = _unit(create=False)
+    if unit is None:
+        return {}
+    found = {lease.key: ("deferred", lease) for owner, lease, *_ in unit.deferred if owner == config}
+    held = unit.scopes.get(config)
+    if held is not None:
+        found.update((lease.key, ("held", lease)) for lease in held.leases())
+    return found
 
 
 def take(config: CacheConfig, key: str) -> Lease | None:

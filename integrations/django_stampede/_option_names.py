@@ -39,7 +39,7 @@ STAMPEDE_OPTIONS = {
 #: stampede's other settings, each read on its own.
 OTHER_OPTIONS = {
     *("NAMESPACE", "SERIALIZER", "SIGNING_KEY", "ON_EVENT", "SENTINELS", "NEAR_CACHE"),
-    *("TAG_CHECK_INTERVAL", "COMPRESS_ABOVE"),
+    *("TAG_CHECK_INTERVAL", "COMPRESS_ABOVE", "RECORD_CALLS"),
 }
 #: The keys of a dict ``NEAR_CACHE``, as stampede.NearCache's fields.
 NEAR_CACHE_KEYS = {

@@ -29,6 +29,7 @@ from . import _leases as leases
 from ._config import CacheConfig, options_of
 from ._plans import Plan, call
 from ._reads import Reads
+from ._recording import alias_of, instrument
 from ._registry import async_core, sync_core
 from ._single_flight import SingleFlight
 from ._writes import PAGE_TAGS, Writes
@@ -58,7 +59,11 @@ class StampedeCache(Reads, Writes, SingleFlight):
     ``SERIALIZER`` (``"pickle"``, the default, ``"json"``, ``"json+zlib"``...,
     a dotted path or a serializer), ``SIGNING_KEY`` (below), ``ON_EVENT``,
     ``NEAR_CACHE``, ``SENTINELS`` (with a ``redis://<service>/<db>``
-    LOCATION, as django-redis), ``TAG_CHECK_INTERVAL`` and ``COMPRESS_ABOVE``.
+    LOCATION, as django-redis), ``TAG_CHECK_INTERVAL``, ``COMPRESS_ABOVE`` and
+    ``RECORD_CALLS`` (``True``: the cache's calls are recorded for the debug
+    toolbar panel, ``django_stampede.debug_toolbar.StampedePanel``, and the
+    ``X-Cache`` header, ``django_stampede.middleware.CacheHeaderMiddleware``;
+    at the cost of an event per call, hits included).
     In lower case they are redis-py's connection options, as for Django's
     ``RedisCache``: the keyword arguments of its connection classes (``db``,
     ``socket_timeout``, ``ssl_ca_certs``..., described at
@@ -89,6 +94,8 @@ class StampedeCache(Reads, Writes, SingleFlight):
         super().__init__(params)
         self._config = CacheConfig.from_django(server, params)
         self._core = sync_core(self._config)  # shared with every instance alike; validates
+        if self._config.record_calls:
+            instrument(self, alias_of(server, params))
 
     # --- what only this backend has ---------------------------------------------
 

@@ -22,6 +22,10 @@ def configure(redis_url: str) -> None:
             "cache",
             "tests.django_stampede.project",
             "django_stampede",  # manage.py stampede
+            # the toolbar panel's tests (test_debug_toolbar.py), which add its
+            # middleware and URLs to their own requests
+            "django.contrib.staticfiles",
+            "debug_toolbar",
         ],
         "CACHES": {
             "default": {
@@ -39,5 +43,10 @@ def configure(redis_url: str) -> None:
         "MIDDLEWARE": [],
         "ALLOWED_HOSTS": ["*"],
         "STATIC_URL": "/static/",
+        "DEBUG_TOOLBAR_PANELS": ["django_stampede.debug_toolbar.StampedePanel"],
+        "DEBUG_TOOLBAR_CONFIG": {
+            "SHOW_TOOLBAR_CALLBACK": "tests.django_stampede.project.toolbar.show_toolbar",
+            "IS_RUNNING_TESTS": False,  # the toolbar under test
+        },
     }
     settings.configure(**options)
