@@ -188,7 +188,12 @@ def _configure_django(block: dict[str, Any], namespace: dict[str, Any], modules:
     else:  # a second settings block: as Django's own tests change settings
         from django.test.utils import override_settings
 
+        # The apps last: override_settings loads them before the other names,
+        # and an app's ready() may read those (django-debug-toolbar's reads
+        # STATIC_URL and DEBUG_TOOLBAR_PANELS).
+        installed = values.pop("INSTALLED_APPS")
         override_settings(**values).enable()
+        override_settings(INSTALLED_APPS=installed).enable()
     from django.core.cache import caches
 
     for alias, config in settings.CACHES.items():
