@@ -98,6 +98,7 @@ class LeaseRow:
 
 
 def as_dicts(rows: Iterable[CallRow | LeaseRow]) -> list[dict[str, Any]]:
+    """``rows`` as the toolbar keeps them: JSON objects."""
     return [asdict(row) for row in rows]
 
 
@@ -105,6 +106,7 @@ def as_dicts(rows: Iterable[CallRow | LeaseRow]) -> list[dict[str, Any]]:
 
 
 def call_rows(calls: Iterable[Call]) -> list[CallRow]:
+    """Each call, in words."""
     return [
         CallRow(
             number=call.number,
