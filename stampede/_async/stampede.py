@@ -198,6 +198,7 @@ class Stampede(AsyncLeases, AsyncOperations):
         (reads, rebuilds, background refreshes) did not come along, and the
         locks they held are dropped with them."""
         self._reads.forked()
+        self._server.forked()
         self._settings.tags.forked()
         self._calls.forked()
         self._turns = KeyLocks(AsyncLock)
@@ -468,7 +469,7 @@ class Stampede(AsyncLeases, AsyncOperations):
             logger.warning("closed with %d removal(s) that Redis never took (fail_open)", lost)
         if self._payer is not None:
             self._payer.stop(0)
-        self._server.stop_probes()
+        await self._server.stop_probes()
         if self._near is not None:
             self._subscriber.untrack(self._near)
             self._subscriber.untrack(self._settings.tags)

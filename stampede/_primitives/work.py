@@ -140,6 +140,12 @@ class AsyncWorker(Generic[T]):
         task.cancel()
         return None
 
+    async def ended(self) -> None:
+        """Wait until it has ended (after :meth:`stop`: its cancellation
+        handled, the connection it held given back), whatever it came to."""
+        if not self.done():
+            await asyncio.gather(self._task, return_exceptions=True)
+
 
 class Worker(Generic[T]):
     """``work()`` running beside the caller (a daemon thread), until it returns."""
@@ -161,6 +167,10 @@ class Worker(Generic[T]):
         thread cannot be stopped, so ``work`` must watch for a signal of its own."""
         self._thread.join(grace)
         return None if self._thread.is_alive() else self._result
+
+    def ended(self) -> None:
+        """Not waited for: a thread cannot be stopped, and ends by itself
+        once ``work`` sees it should (a blocking call it is in ends first)."""
 
 
 #: Context managers written as generators, by flavour.

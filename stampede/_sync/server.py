@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import random
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -23,7 +24,7 @@ from .._core.keys import Keys
 from .._core.ops import Lookup
 from .._core.settings import Settings
 from .._exceptions import RedisUnavailableError, StampedeError
-from .._primitives import Worker
+from .._primitives import Worker, sleep
 from .._protocol import scripts as lua
 from .._protocol.clients import Standbys, is_cluster
 from .._protocol.errors import Skipped, is_outage, lost_connection, translated
@@ -35,6 +36,8 @@ __all__ = ["Server", "ask_sharded"]
 _LARGE = 1 << 20
 #: Redis's default proto-max-bulk-len: what is assumed where it cannot be asked.
 _REDIS_BULK_LIMIT = 512 * 1024 * 1024
+#: The shortest a prober sleeps between two looks at its breaker (seconds).
+_PROBER_NAP = 0.01
 
 
 def ask_sharded(client: Any) -> bool | None:
@@ -92,8 +95,10 @@ class Server:
         self.breaker = Breaker(settings.clock, functools.partial(self._breaker_changed, None))
         self._trips = not self.fails_over and not replicas
         self._node_breakers: dict[str, Breaker] = {}
-        #: The probe each open breaker has out, if any (see :meth:`admitted`).
-        self._probes: dict[Breaker, Worker[None]] = {}
+        #: What sends each open breaker's probes (see :meth:`admitted`).
+        self._probers: dict[Breaker, Worker[None]] = {}
+        self._probers_lock = threading.Lock()
+        self._closed = False
         self._bulk_limit: int | None = None
         self.scripts = {name: client.register_script(getattr(lua, name.upper())) for name in lua.NAMES}
         # On a cluster whose servers have sharded pub/sub (asked at the first
@@ -137,36 +142,49 @@ class Server:
     def admitted(self, breaker: Breaker | None = None, name: bytes | None = None) -> None:
         """Before a command (on the key ``name``, if one): raises
         :class:`Skipped` while ``breaker`` (the instance's by default) skips
-        Redis, having the breaker's probe sent first when one is due."""
+        Redis, having made sure its prober runs."""
         if breaker is None:
             breaker = self.breaker
         if not breaker.tripped:
             return
-        if breaker.probe_due():
-            self._send_probe(breaker, name)
+        prober = self._probers.get(breaker)
+        if prober is None or prober.done():
+            with self._probers_lock:  # one prober a breaker, whichever thread comes first
+                prober = self._probers.get(breaker)
+                if (prober is None or prober.done()) and not self._closed:
+                    try:
+                        probing = functools.partial(self._probe_until_answered, breaker, name)
+                        self._probers[breaker] = Worker(probing, "stampede-probe")
+                    except RuntimeError:
+                        pass  # no loop to run it on: the next call starts it
         raise Skipped(breaker.error, breaker.retry_in())
 
-    def _send_probe(self, breaker: Breaker, name: bytes | None) -> None:
-        """Have ``breaker``'s probe sent beside the callers (a task of the
-        running loop; for the blocking flavour, a daemon thread): against a
-        server that drops packets it waits out a socket timeout, which no
-        caller is to wait with it. One at a time: while one is still out (a
-        client without a socket timeout), the next is not sent."""
-        out = self._probes.get(breaker)
-        if out is not None and not out.done():
-            return
-        try:
-            probe = functools.partial(self._probe, breaker, name)
-            self._probes[breaker] = Worker(probe, "stampede-probe")
-        except RuntimeError:
-            pass  # no loop to run it on: the next caller the breaker tells has it sent
+    def _probe_until_answered(self, breaker: Breaker, name: bytes | None) -> None:
+        """``breaker``'s prober, beside the callers (a task of the running
+        loop; for the blocking flavour, a daemon thread): a probe at the end
+        of each pause, until one is answered. Against a server that drops
+        packets each probe waits out a socket timeout, which no caller is to
+        wait with it."""
+        while breaker.tripped and not self._closed:
+            if breaker.probe_due():
+                self._probe(breaker, name)
+            else:
+                sleep(max(breaker.retry_in(), _PROBER_NAP))
+
+    def forked(self) -> None:
+        """In a child process just forked: the probers did not come along."""
+        self._probers = {}
+        self._probers_lock = threading.Lock()
 
     def stop_probes(self) -> None:
-        """Stop the probes out (when the instance closes): a task is
-        cancelled; a thread ends with its socket timeout, sending nothing more."""
-        probes, self._probes = self._probes, {}
-        for probe in probes.values():
-            probe.stop(0)
+        """Stop the probers (when the instance closes): a task is cancelled,
+        and waited for; a thread ends after its probe out, sending nothing more."""
+        self._closed = True
+        probers, self._probers = self._probers, {}
+        for prober in probers.values():
+            prober.stop(0)
+        for prober in probers.values():
+            prober.ended()
 
     def _probe(self, breaker: Breaker, name: bytes | None) -> None:
         """Ask Redis whether it answers again; ``breaker`` closes if it does

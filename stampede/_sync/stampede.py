@@ -199,6 +199,7 @@ class Stampede(Leases, Operations):
         (reads, rebuilds, background refreshes) did not come along, and the
         locks they held are dropped with them."""
         self._reads.forked()
+        self._server.forked()
         self._settings.tags.forked()
         self._calls.forked()
         self._turns = KeyLocks(Lock)
