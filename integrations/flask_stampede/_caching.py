@@ -26,6 +26,7 @@ from flask_caching.backends.base import BaseCache
 
 import stampede
 
+from ._command import caching_command
 from ._config import SCOPES_IN_G, build_serializer, event_hook, near_cache, signing_keys
 from ._errors import bad, close_match
 from ._redis import redis_client, redis_options
@@ -295,6 +296,8 @@ class StampedeCache(BaseCache):
         cache = cls(core, default_timeout, ignore_errors, config.get("CACHE_KEY_PREFIX") or "")
         cache._remade = made
         app.teardown_appcontext(cache._settle)
+        if "stampede" not in app.cli.commands:  # the extension's, if it is there, comes first
+            app.cli.add_command(caching_command)  # flask stampede ...
         return cache
 
     # --- the leases of the current request --------------------------------------
