@@ -300,6 +300,41 @@ async def test_asyncio_waiters_are_woken_on_the_keys_own_shard(cluster: RedisClu
         await client.aclose()
 
 
+def _connections_named(cluster: RedisCluster, name: str) -> int:
+    """The connections every node serves to clients named ``name``."""
+    count = 0
+    for server in cluster.nodes:
+        with redis.Redis(port=server.port, socket_timeout=5) as client:
+            count += sum(1 for seen in client.client_list() if seen["name"] == name)
+    return count
+
+
+async def test_asyncio_no_connection_is_left_open_after_a_wait(cluster: RedisCluster, namespace: str) -> None:
+    # Once the waiter is woken, its shard's pub/sub connection (Valkey) is
+    # closed while the listener's read on it is pending; then the instance and
+    # its client close. No connection of theirs may be left open (to be found
+    # unclosed when collected, in a later test).
+    name = f"closing-{namespace}"
+    client = redis.asyncio.cluster.RedisCluster.from_url(cluster.node_url, socket_timeout=5, client_name=name)
+    asf = stampede.asyncio.Stampede(client, namespace=namespace)
+    holder_client = _client(cluster)
+    holder = stampede.Stampede(holder_client, namespace=namespace)
+    lease = holder.read("waited").lease
+    assert lease is not None
+    channel = KeySpace(namespace)("waited").channel
+    waiting = asyncio.ensure_future(asf.get_or_rebuild("waited", lambda: "mine", ttl=60))
+    await asyncio.to_thread(wait_until, lambda: sum(_pubsub_counts(cluster, channel)[:2]) == 1)
+    assert holder.commit(lease, "theirs", ttl=60) is True
+    assert await asyncio.wait_for(waiting, 10) == "theirs"
+    await asyncio.to_thread(wait_until, lambda: sum(_pubsub_counts(cluster, channel)[:2]) == 0)
+    await asyncio.sleep(0.2)  # time for a read left pending on the closed connection to act
+    await asf.aclose()
+    await client.aclose()
+    await asyncio.to_thread(wait_until, lambda: _connections_named(cluster, name) == 0, 3.0)
+    holder.close()
+    holder_client.close()
+
+
 async def test_asyncio_one_rebuild_and_every_operation(cluster: RedisCluster, namespace: str) -> None:
     client = redis.asyncio.cluster.RedisCluster.from_url(cluster.node_url, socket_timeout=5)
     asf = stampede.asyncio.Stampede(client, namespace=namespace)

@@ -244,7 +244,7 @@ class AsyncSubscriber:
     async def _serve(self, client: Any) -> bool:
         """Serve one link until idle or asked to stop (``False``), or until
         tracking is to be asked for anew (``True``: start over)."""
-        link = await _open_link(client)
+        link = await _open_link(client, self._listener)
         async with self._listener.listening(link):
             self._link = link
             try:
@@ -340,13 +340,13 @@ class AsyncSubscriber:
             self._tracked.live(link.tracking, time.monotonic())
 
 
-async def _open_link(client: Any) -> _ClassicConnection | _ShardConnections:
+async def _open_link(client: Any, listener: AsyncListener) -> _ClassicConnection | _ShardConnections:
     if is_cluster(client):
         sharded = await async_ask_sharded(client)
         if sharded is None:
             raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
         if sharded:
-            return _ShardConnections(client)
+            return _ShardConnections(client, listener)
     return _ClassicConnection(client)
 
 
@@ -419,8 +419,9 @@ class _ShardConnections:
 
     anchored = False  # see Shards
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Any, listener: AsyncListener) -> None:
         self._cluster = cluster
+        self._listener = listener
         self._shards = Shards(cluster.get_node_from_key)
 
     async def subscribe(self, channels: list[bytes]) -> None:
@@ -435,6 +436,9 @@ class _ShardConnections:
         groups, emptied = self._shards.unsubscribing(channels)
         for pubsub, group in groups:
             await pubsub.sunsubscribe(*group)
+        # The listener's reads on them end first: one pending as its
+        # connection closes would connect it again, for nobody to close.
+        await self._listener.stop_reading(emptied)
         for pubsub in emptied:
             await async_close_node_pubsub(pubsub)
 

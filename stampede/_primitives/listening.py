@@ -115,19 +115,34 @@ class AsyncListener:
             abandoned = True
             raise
         finally:
-            self._drop_reads()
             if abandoned:
+                self._drop_reads()
                 close_sockets([pubsub.connection for pubsub in link.pubsubs()])
             else:
-                await link.aclose()
+                try:
+                    await self.stop_reading(list(self._reads))
+                finally:
+                    self._drop_reads()
+                    await link.aclose()
+
+    async def stop_reading(self, pubsubs: list[Any]) -> None:
+        """End the pending reads of ``pubsubs``, which are about to be closed,
+        and wait (:data:`_CLOSE_SECONDS` at most) until they have. A read left
+        pending on a closed connection fails, and redis-py's retry connects it
+        again: a connection its pub/sub no longer holds, which nobody closes."""
+        ending = [self._reads.pop(pubsub) for pubsub in pubsubs if pubsub in self._reads]
+        for read in ending:
+            _drop(read)
+        if any(not read.done() for read in ending):
+            await asyncio.wait(ending, timeout=_CLOSE_SECONDS)
+        for read in ending:
+            _drop(read)  # what a read raised as it ended is not reported as never retrieved
 
     async def wait(self, pubsubs: list[Any], tracking: Any, timeout: float) -> None:
         """Until a message was read (and acted on), a waiter pokes, or
         ``timeout`` passes. Raises what a read raised. (``tracking`` is for
         the blocking twin's drain: a pending read here needs no such care.)"""
         reads = self._reads
-        for gone in [pubsub for pubsub in reads if pubsub not in pubsubs]:
-            _drop(reads.pop(gone))  # its connection was closed: a shard left with no channel
         for pubsub in pubsubs:
             if pubsub not in reads:
                 reads[pubsub] = asyncio.ensure_future(self._read(pubsub))
@@ -234,13 +249,20 @@ class Listener:
         if thread is not None and thread is not threading.current_thread():
             thread.join(5)
 
+    def stop_reading(self, pubsubs: list[Any]) -> None:
+        """Nothing to end: the connections are read only while :attr:`io` is
+        held, which whoever closes them holds."""
+
     @contextlib.contextmanager
     def listening(self, link: Any) -> Iterator[None]:
-        """While the listener serves ``link``: closed on the way out."""
+        """While the listener serves ``link``: closed on the way out, under
+        :attr:`io` (a near hit reading it as it closed would have redis-py
+        connect it again)."""
         try:
             yield
         finally:
-            link.close()
+            with self.io:
+                link.close()
 
     def wait(self, pubsubs: list[Any], tracking: TrackingConnection | None, timeout: float) -> None:
         """Until a connection has data, a waiter pokes, or ``timeout`` passes;

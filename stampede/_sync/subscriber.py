@@ -245,7 +245,7 @@ class Subscriber:
     def _serve(self, client: Any) -> bool:
         """Serve one link until idle or asked to stop (``False``), or until
         tracking is to be asked for anew (``True``: start over)."""
-        link = _open_link(client)
+        link = _open_link(client, self._listener)
         with self._listener.listening(link):
             self._link = link
             try:
@@ -341,13 +341,13 @@ class Subscriber:
             self._tracked.live(link.tracking, time.monotonic())
 
 
-def _open_link(client: Any) -> _ClassicConnection | _ShardConnections:
+def _open_link(client: Any, listener: Listener) -> _ClassicConnection | _ShardConnections:
     if is_cluster(client):
         sharded = ask_sharded(client)
         if sharded is None:
             raise redis.exceptions.ConnectionError("cannot tell whether the cluster has sharded pub/sub")
         if sharded:
-            return _ShardConnections(client)
+            return _ShardConnections(client, listener)
     return _ClassicConnection(client)
 
 
@@ -420,8 +420,9 @@ class _ShardConnections:
 
     anchored = False  # see Shards
 
-    def __init__(self, cluster: Any) -> None:
+    def __init__(self, cluster: Any, listener: Listener) -> None:
         self._cluster = cluster
+        self._listener = listener
         self._shards = Shards(cluster.get_node_from_key)
 
     def subscribe(self, channels: list[bytes]) -> None:
@@ -436,6 +437,9 @@ class _ShardConnections:
         groups, emptied = self._shards.unsubscribing(channels)
         for pubsub, group in groups:
             pubsub.sunsubscribe(*group)
+        # The listener's reads on them end first: one pending as its
+        # connection closes would connect it again, for nobody to close.
+        self._listener.stop_reading(emptied)
         for pubsub in emptied:
             close_node_pubsub(pubsub)
 
