@@ -338,6 +338,53 @@ def test_a_value_over_the_servers_limit_is_refused_by_name_and_still_returned(
     admin.close()
 
 
+def test_once_redis_is_back_empty_each_key_is_rebuilt_once(server: RedisServer) -> None:
+    # Threads call 20 keys in turn through an outage: while Redis is away
+    # each key is rebuilt once and kept; once it answers again (empty, after a
+    # restart) each is rebuilt once, through Redis. The callers the breaker
+    # turned away just before its probe was answered are served what was kept,
+    # not a rebuild of their own beside the one through Redis.
+    sf = stampede.Stampede.from_url(
+        server.url, fail_open=True, socket_timeout=0.5, socket_connect_timeout=0.5
+    )
+    names = [f"k{i}" for i in range(20)]
+    rebuilds: dict[str, Rebuilds] = {name: Rebuilds(lambda n: "v", delay=0.01) for name in names}
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def call(first: int) -> None:
+        turn = first
+        while not stop.is_set():
+            name = names[turn % len(names)]
+            turn += 1
+            try:
+                sf.get_or_rebuild(name, rebuilds[name], ttl=600)
+            except BaseException as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(16)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_until(lambda: all(rebuild.count == 1 for rebuild in rebuilds.values()))
+        server.stop()
+        wait_until(lambda: all(rebuild.count == 2 for rebuild in rebuilds.values()))  # once each, kept
+        before = {name: rebuild.count for name, rebuild in rebuilds.items()}
+        server.start()
+        wait_until(lambda: all(rebuild.count > before[name] for name, rebuild in rebuilds.items()))
+        wait_until(lambda: sf.get("k0") is not None)  # stored: every caller goes through Redis now
+        time.sleep(0.2)  # calls go on: nothing more is rebuilt
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+        sf.close()
+    assert errors == []
+    assert {name: rebuild.count - before[name] for name, rebuild in rebuilds.items()} == dict.fromkeys(
+        names, 1
+    )
+
+
 @pytest.mark.parametrize("make_driver", ["sync", "asyncio"], indirect=True)
 def test_while_redis_is_away_a_process_rebuilds_a_key_once_per_ttl(
     make_driver: Any, server: RedisServer

@@ -270,6 +270,7 @@ class AsyncServer:
                 error,
                 "calls" if node is None else "calls on its keys",
             )
+            self._calls.kept.away()  # what it said since it last answered is newer
             self._settings.emit_named("", EventKind.REDIS_DOWN, error=error)
         else:
             logger.warning("%s answers again", server)

@@ -192,7 +192,7 @@ class Flow:
         kept, now = (self.kept if policy.keeps_alone(error) else None), self.clock.monotonic()
         self.keeps_alone = kept is not None
         if kept is not None:
-            found, value = kept.get(self.keys.value, now)
+            found, value = kept.get(self.keys.value, now, skipped=error.skipped)
             if found:
                 return value, None
             held = self.decode(kept.copy(self.keys.value))

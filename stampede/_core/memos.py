@@ -133,13 +133,17 @@ class KeptAlone:
     a key once per window during an outage, not once per call. At most
     :data:`MOST_KEPT`, the oldest dropped first. A write of the key that
     Redis takes, or a delete or invalidation by this process, drops it (a
-    tag's: all of them), and all are dropped once Redis answers again.
+    tag's: all of them), and all are dropped once Redis answers again, but
+    for the callers the breaker turned away just before (see :meth:`get`).
     Thread-safe enough: each step is one dict operation."""
 
-    __slots__ = ("_kept", "_near")
+    __slots__ = ("_kept", "_near", "_turned_away")
 
     def __init__(self, near: NearStore | None = None) -> None:
         self._kept: dict[bytes, tuple[float, Any]] = {}
+        #: What was kept when Redis answered again: for the callers that the
+        #: breaker had turned away just before it closed (until it opens again).
+        self._turned_away: dict[bytes, tuple[float, Any]] = {}
         self._near = near
 
     def keep(self, name: bytes, value: Any, now: float, ttl: float | None) -> None:
@@ -149,9 +153,17 @@ class KeptAlone:
             kept.pop(next(iter(kept)), None)
         kept[name] = (now + min(LONGEST_KEPT if ttl is None else ttl, LONGEST_KEPT), value)
 
-    def get(self, name: bytes, now: float) -> tuple[bool, Any]:
-        """``(True, value)`` if ``name``'s value is kept, else ``(False, None)``."""
+    def get(self, name: bytes, now: float, *, skipped: bool = False) -> tuple[bool, Any]:
+        """``(True, value)`` if ``name``'s value is kept, else ``(False, None)``.
+
+        ``skipped``: the caller's command was not sent, the breaker being
+        open. Such a caller may find the breaker closed, and what was kept
+        dropped, by the time it looks (the probe was answered meanwhile): it
+        is served what was kept, as it would have been a moment earlier,
+        rather than rebuild beside the caller now rebuilding through Redis."""
         found = self._kept.get(name)
+        if found is None and skipped:
+            found = self._turned_away.get(name)
         if found is None or now >= found[0]:
             return False, None
         return True, found[1]
@@ -162,17 +174,25 @@ class KeptAlone:
         return None if self._near is None else self._near.held_away(name)
 
     def __len__(self) -> int:
-        return len(self._kept)
+        return len(self._kept) + len(self._turned_away)
 
     def forget(self, name: bytes) -> None:
         self._kept.pop(name, None)
+        self._turned_away.pop(name, None)
 
     def clear(self) -> None:
-        """Redis answers again (its breaker closed), or a removal covered them."""
+        """A removal covered them all."""
         self._kept = {}
+        self._turned_away = {}
+
+    def away(self) -> None:
+        """Redis was found unreachable (its breaker opened): what was kept
+        when it last answered is older than what it may have said since."""
+        self._turned_away = {}
 
     def answered(self) -> None:
-        """Redis answers again: nothing kept, nor any near copy held, is served."""
-        self._kept = {}
+        """Redis answers again: nothing kept, nor any near copy held, is served
+        (but to the callers turned away before it did: see :meth:`get`)."""
+        self._turned_away, self._kept = self._kept, {}
         if self._near is not None:
             self._near.forget_away()

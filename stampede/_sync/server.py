@@ -271,6 +271,7 @@ class Server:
                 error,
                 "calls" if node is None else "calls on its keys",
             )
+            self._calls.kept.away()  # what it said since it last answered is newer
             self._settings.emit_named("", EventKind.REDIS_DOWN, error=error)
         else:
             logger.warning("%s answers again", server)
