@@ -513,7 +513,7 @@ class Evicting:
 
     def watch_evictions(self) -> None:
         client = redis.Redis.from_url(self.url)
-        pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe("__keyevent@0__:evicted")
         try:
             while not self.stop.is_set():

@@ -109,7 +109,7 @@ class Rebuilds:
 
 def _evictions(url: str, counts: Counter[str], stop: threading.Event) -> None:
     client = redis.Redis.from_url(url)
-    pubsub = client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe("__keyevent@0__:evicted")
     try:
         while not stop.is_set():
