@@ -3,7 +3,14 @@
 
 from __future__ import annotations
 
-from stampede._core.memos import BUSY_MEMO_SECONDS, MOST_REMEMBERED, BusyLeases, FailedKeys, UnfilledKeys
+from stampede._core.memos import (
+    BUSY_MEMO_SECONDS,
+    MOST_REMEMBERED,
+    BusyLeases,
+    FailedKeys,
+    KeptAlone,
+    UnfilledKeys,
+)
 from tests.fakes import FakeClock
 from tests.machines import entry
 
@@ -45,3 +52,14 @@ def test_a_write_of_this_process_forgets_the_key() -> None:
     unfilled.note(b"k", clock.monotonic(), 60_000)
     unfilled.forget(b"k")
     assert not unfilled.known(b"k", clock.monotonic())
+
+
+def test_what_was_kept_is_served_only_to_callers_turned_away_and_only_until_let_go() -> None:
+    kept = KeptAlone()
+    kept.keep(b"k", "kept", 0.0, 60)
+    kept.answered()  # Redis answers again
+    assert kept.get(b"k", 1.0) == (False, None)  # a caller that reached Redis: Redis has the say
+    assert kept.get(b"k", 1.0, skipped=True) == (True, "kept")  # turned away just before
+    kept.let_go()  # its moment is over: nothing is held for it any more
+    assert kept.get(b"k", 1.0, skipped=True) == (False, None)
+    assert len(kept) == 0

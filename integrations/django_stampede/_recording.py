@@ -180,6 +180,25 @@ def _bound(cache: Any, name: str, args: tuple[Any, ...], kwargs: dict[str, Any])
     return bound
 
 
+@contextmanager
+def _under_way(
+    recorder: Recorder, cache: Any, alias: str, name: str, bound: inspect.BoundArguments
+) -> Iterator[Call]:
+    """The record of one call while it runs: the events its core reports go
+    to it, and what it returns or raises is noted on it by the caller."""
+    call = recorder.begin(cache, alias, name, bound.arguments)
+    token, listening = _open.set(call), collected.set(call.events)
+    try:
+        yield call
+    except BaseException as exc:
+        call.error = exc
+        raise
+    finally:
+        collected.reset(listening)
+        _open.reset(token)
+        recorder.end(call)
+
+
 def _recorded(cache: Any, alias: str, name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def recorded(*args: Any, **kwargs: Any) -> Any:
@@ -190,18 +209,9 @@ def _recorded(cache: Any, alias: str, name: str, method: Callable[..., Any]) -> 
             bound = _bound(cache, name, args, kwargs)
         except TypeError:
             return method(*args, **kwargs)  # which raises its own error for these arguments
-        call = recorder.begin(cache, alias, name, bound.arguments)
-        token, listening = _open.set(call), collected.set(call.events)
-        try:
+        with _under_way(recorder, cache, alias, name, bound) as call:
             call.result = method(*bound.args[1:], **bound.kwargs)
             return call.result
-        except BaseException as exc:
-            call.error = exc
-            raise
-        finally:
-            collected.reset(listening)
-            _open.reset(token)
-            recorder.end(call)
 
     return recorded
 
@@ -216,18 +226,9 @@ def _arecorded(cache: Any, alias: str, name: str, method: Callable[..., Any]) ->
             bound = _bound(cache, name, args, kwargs)
         except TypeError:
             return await method(*args, **kwargs)
-        call = recorder.begin(cache, alias, name, bound.arguments)
-        token, listening = _open.set(call), collected.set(call.events)
-        try:
+        with _under_way(recorder, cache, alias, name, bound) as call:
             call.result = await method(*bound.args[1:], **bound.kwargs)
             return call.result
-        except BaseException as exc:
-            call.error = exc
-            raise
-        finally:
-            collected.reset(listening)
-            _open.reset(token)
-            recorder.end(call)
 
     return recorded
 

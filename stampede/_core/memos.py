@@ -126,6 +126,11 @@ MOST_KEPT = 1024
 LONGEST_KEPT = 300.0
 
 
+#: Seconds after Redis answers again during which the callers its breaker
+#: turned away just before are served what was kept (see :meth:`KeptAlone.get`).
+TURNED_AWAY_GRACE = 1.0
+
+
 class KeptAlone:
     """Per process: the values rebuilt or written while Redis was away
     (under ``fail_open``), kept for their ``ttl`` (:data:`LONGEST_KEPT` at
@@ -142,7 +147,7 @@ class KeptAlone:
     def __init__(self, near: NearStore | None = None) -> None:
         self._kept: dict[bytes, tuple[float, Any]] = {}
         #: What was kept when Redis answered again: for the callers that the
-        #: breaker had turned away just before it closed (until it opens again).
+        #: breaker had turned away just before it closed (see :meth:`let_go`).
         self._turned_away: dict[bytes, tuple[float, Any]] = {}
         self._near = near
 
@@ -185,9 +190,11 @@ class KeptAlone:
         self._kept = {}
         self._turned_away = {}
 
-    def away(self) -> None:
-        """Redis was found unreachable (its breaker opened): what was kept
-        when it last answered is older than what it may have said since."""
+    def let_go(self) -> None:
+        """What was kept when Redis last answered is served to nobody: the
+        callers turned away before it did have had their moment (their
+        breaker's prober waits :data:`TURNED_AWAY_GRACE` after the answer),
+        or Redis failed again (what it said since is newer)."""
         self._turned_away = {}
 
     def answered(self) -> None:

@@ -14,8 +14,10 @@ from .._exceptions import ConfigurationError, RedisUnavailableError, StampedeErr
 from .clients import sentinel_failure
 
 __all__ = [
+    "FAILURES",
     "Skipped",
     "error_code",
+    "failure_of",
     "is_outage",
     "lost_connection",
     "misconfiguration",
@@ -159,6 +161,19 @@ def misconfiguration(exc: BaseException, *, cluster: bool, namespace: str) -> st
 
 
 _REDIS_PY = os.path.dirname(redis.exceptions.__file__) + os.sep
+
+
+#: What a command to Redis raises when Redis fails it. RedisClusterException
+#: is not a RedisError (a cluster that cannot route a command, a refused
+#: pipeline): a Redis failure all the same. An AttributeError only where
+#: :func:`failure_of` finds a connection torn down under the command.
+FAILURES = (redis.exceptions.RedisError, redis.exceptions.RedisClusterException, AttributeError)
+
+
+def failure_of(exc: Exception) -> Exception | None:
+    """The Redis failure that ``exc``, one of :data:`FAILURES`, stands for;
+    ``None``: an AttributeError of a bug, to be left raised."""
+    return lost_connection(exc) if isinstance(exc, AttributeError) else exc
 
 
 def lost_connection(exc: AttributeError) -> redis.exceptions.ConnectionError | None:

@@ -21,13 +21,14 @@ from .._core.breaker import Breaker
 from .._core.calls import Calls
 from .._core.events import EventKind, logger
 from .._core.keys import Keys
+from .._core.memos import TURNED_AWAY_GRACE
 from .._core.ops import Lookup
 from .._core.settings import Settings
 from .._exceptions import RedisUnavailableError, StampedeError
 from .._primitives import Worker, sleep
 from .._protocol import scripts as lua
 from .._protocol.clients import Standbys, is_cluster
-from .._protocol.errors import Skipped, is_outage, lost_connection, translated
+from .._protocol.errors import FAILURES, Skipped, failure_of, is_outage, lost_connection, translated
 from .._protocol.nodes import node_of, record_sharded, sharded_known
 
 __all__ = ["Server", "ask_sharded"]
@@ -170,6 +171,11 @@ class Server:
                 self._probe(breaker, name)
             else:
                 sleep(max(breaker.retry_in(), _PROBER_NAP))
+        if not self._closed:
+            # Answered: the values kept while Redis was away are held a moment
+            # for the callers turned away just before, then let go.
+            sleep(TURNED_AWAY_GRACE)
+            self._calls.kept.let_go()
 
     def forked(self) -> None:
         """In a child process just forked: the probers did not come along."""
@@ -189,7 +195,6 @@ class Server:
     def _probe(self, breaker: Breaker, name: bytes | None) -> None:
         """Ask Redis whether it answers again; ``breaker`` closes if it does
         (a refusal is an answer too), and waits longer if not."""
-        failure: BaseException
         try:
             if name is None or not self.cluster:
                 self.client.ping()
@@ -198,13 +203,10 @@ class Server:
                 # by its failure has redis-py read the cluster's slots again,
                 # so the next probe asks the node that took the slot over.
                 self.client.exists(name)
-        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-            failure = exc
-        except AttributeError as exc:
-            lost = lost_connection(exc)
-            if lost is None:
+        except FAILURES as exc:
+            failure = failure_of(exc)
+            if failure is None:
                 raise
-            failure = lost
         else:
             breaker.succeeded()
             return
@@ -225,22 +227,16 @@ class Server:
         ``admit``: ask the breaker here (not where the shared reads, which
         ask it themselves, send the command: only failures are told to it).
         """
-        failure: Exception
         breaker = self.breaker_of(key)
         try:
             if admit:
                 self.admitted(breaker, key)
             yield
             return
-        except (redis.exceptions.RedisError, redis.exceptions.RedisClusterException) as exc:
-            # RedisClusterException is not a RedisError (a cluster that cannot
-            # route a command, a refused pipeline): a Redis failure all the same.
-            failure = exc
-        except AttributeError as exc:
-            lost = lost_connection(exc)
-            if lost is None:
+        except FAILURES as exc:
+            failure = failure_of(exc)
+            if failure is None:
                 raise
-            failure = lost
         self.failed(failure, breaker)
         self._settings.emit_named(name, EventKind.REDIS_ERROR, error=failure)
         where = f" for key {name!r}" if name else ""
@@ -271,7 +267,7 @@ class Server:
                 error,
                 "calls" if node is None else "calls on its keys",
             )
-            self._calls.kept.away()  # what it said since it last answered is newer
+            self._calls.kept.let_go()  # what it said since it last answered is newer
             self._settings.emit_named("", EventKind.REDIS_DOWN, error=error)
         else:
             logger.warning("%s answers again", server)
